@@ -1,0 +1,10 @@
+"""modelcircuit: one compiled static graph, lowered to CUDA kernels and FPGA circuits."""
+
+from __future__ import annotations
+
+from .api import compile, load_onnx, run  # noqa: A004
+from .graphs.ir import Graph, GraphError
+from .graphs.pipeline import CompiledGraph
+
+__all__ = ["CompiledGraph", "Graph", "GraphError", "compile", "load_onnx", "run"]
+__version__ = "0.1.0"

@@ -1,0 +1,53 @@
+"""The Python API of DESIGN.md ("Interfaces"): load_onnx, compile, run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .graphs import reference
+from .graphs.ir import Graph, GraphError
+from .graphs.onnx_import import load_onnx
+from .graphs.pipeline import CompiledGraph, compile_graph
+from .graphs.types import NumType
+
+__all__ = ["compile", "load_onnx", "run", "BACKENDS"]
+BACKENDS = ("golden", "rtl", "gpu", "gpu-emu")
+
+
+def compile(graph: Graph, precision: str | NumType | None = None,  # noqa: A001
+            reuse: int | str = 1, profile: str | None = None,
+            per_layer: Mapping[str, Any] | None = None, calibrate: np.ndarray | None = None,
+            table_bits: int = 10) -> CompiledGraph:
+    """Compile ahead of time: shapes, types, tables, schedule are all fixed here."""
+    return compile_graph(graph, precision=precision, per_layer=per_layer, calibrate=calibrate,
+                         reuse=reuse, profile=profile, table_bits=table_bits)
+
+
+def run(compiled: CompiledGraph, x: np.ndarray, backend: str = "golden", trace: bool = False,
+        codes: bool = False) -> Any:
+    """Run a batch (first dimension) through a backend.
+
+    Returns float values of the (first) output; `codes=True` gives integer codes for fixed
+    point; `trace=True` returns {tensor: array} for every intermediate tensor (golden only).
+    """
+    if backend not in BACKENDS:
+        raise GraphError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    g = compiled.graph
+    x = np.asarray(x)
+    shp = g.tensor(g.inputs[0]).shape
+    if x.ndim == len(shp):
+        x = x[None]
+    if tuple(x.shape[1:]) != shp and int(np.prod(x.shape[1:])) != int(np.prod(shp)):
+        raise GraphError(f"input of shape {list(x.shape)} does not match the model's per-sample "
+                         f"shape {list(shp)}")
+    if backend != "golden":
+        raise GraphError(f"backend {backend!r} is not built yet")
+    env = reference.execute(g, [x], trace=trace)
+    if trace:
+        return env if codes else {k: reference.to_values(g, k, v) if k in g.tensors else v
+                                  for k, v in env.items()}
+    out = env[g.outputs[0]]
+    return out if codes else reference.to_values(g, g.outputs[0], out)

@@ -1,0 +1,78 @@
+"""Accumulator widths from the constant weights and the input types: computed, never guessed.
+
+For each Dense output j the exact range of sum_i x_i * w_ij + b_j over every input in the
+input type's range gives the smallest exact type. Over 64 bits is a compile error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..ir import Graph, GraphError, Node
+from ..types import FixedType, TypeError_, type_for_range
+
+
+def dense_range(xt: FixedType, w: np.ndarray, b: np.ndarray | None, bt: FixedType | None,
+                wt: FixedType) -> tuple[int, int, int]:
+    """(lo, hi, frac) of the exact accumulator; Python ints, no overflow possible."""
+    w = np.asarray(w, dtype=object)
+    lo_p = np.minimum(w * xt.qmin, w * xt.qmax)
+    hi_p = np.maximum(w * xt.qmin, w * xt.qmax)
+    lo_col, hi_col = lo_p.sum(axis=0), hi_p.sum(axis=0)
+    frac = xt.frac + wt.frac
+    if b is not None and bt is not None:
+        bf = max(frac, bt.frac)
+        sh_acc, sh_b = bf - frac, bf - bt.frac
+        bb = np.asarray(b, dtype=object)
+        lo_col = lo_col * (1 << sh_acc) + bb * (1 << sh_b)
+        hi_col = hi_col * (1 << sh_acc) + bb * (1 << sh_b)
+        frac = bf
+    return int(min(lo_col.min(), 0)), int(max(hi_col.max(), 0)), frac
+
+
+def _check(node: Node, lo: int, hi: int, frac: int, what: str) -> FixedType:
+    try:
+        return type_for_range(lo, hi, frac)
+    except TypeError_:
+        bits = max(abs(lo), abs(hi)).bit_length() + 1
+        raise GraphError(f"node {node.name} ({node.op}): the {what} needs {bits} bits, over the "
+                         "64-bit limit; use a narrower precision") from None
+
+
+def accumulator_types(g: Graph) -> Graph:
+    tensors = dict(g.tensors)
+    nodes = []
+    for node in g.nodes:
+        out_t = tensors[node.outputs[0]].dtype
+        in_t = [tensors[i].dtype for i in node.inputs if i]
+        if any(isinstance(t, FixedType) for t in in_t) and (out_t is None or not out_t.is_float):
+            if node.op == "Dense":
+                xt, wt = in_t[0], in_t[1]
+                b = g.constants[node.inputs[2]] if len(node.inputs) > 2 else None
+                bt = in_t[2] if len(in_t) > 2 else None
+                lo, hi, frac = dense_range(xt, g.constants[node.inputs[1]], b, bt, wt)
+                acc = _check(node, lo, hi, frac, "accumulator")
+                node = node.with_attrs(acc=str(acc))
+                if node.get("exact"):
+                    tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]], dtype=acc)
+            elif node.op in ("Add", "Sub") and all(isinstance(t, FixedType) for t in in_t):
+                a, b = in_t[0], in_t[1]
+                f = max(a.frac, b.frac)
+                lo = (a.qmin << (f - a.frac)) + min(b.qmin << (f - b.frac), -(b.qmax << (f - b.frac)))
+                hi = (a.qmax << (f - a.frac)) + max(b.qmax << (f - b.frac), -(b.qmin << (f - b.frac)))
+                acc = _check(node, lo, hi, f, "sum")
+                node = node.with_attrs(acc=str(acc))
+                if node.get("exact"):
+                    tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]], dtype=acc)
+            elif node.op in ("Mul", "LeakyRelu") and all(isinstance(t, FixedType) for t in in_t):
+                x, c = in_t[0], in_t[1]
+                cv = [int(v) for v in np.asarray(g.constants[node.inputs[1]]).reshape(-1)]
+                prods = [x.qmin * v for v in cv] + [x.qmax * v for v in cv]
+                if node.op == "LeakyRelu":
+                    prods.append(x.qmax << c.frac)
+                acc = _check(node, min(prods + [0]), max(prods + [0]), x.frac + c.frac, "product")
+                node = node.with_attrs(acc=str(acc))
+        nodes.append(node)
+    return g.replace(nodes=tuple(nodes), tensors=tensors)

@@ -1,0 +1,93 @@
+"""Structural rewrites before types exist: bias into Dense, BatchNorm into Dense,
+model quantizers into the op that produces their input."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..ir import Graph, prune
+from ._util import single_consumer, splice
+
+
+def fuse_bias(g: Graph) -> Graph:
+    """Dense(x, W) followed by Add(., c) with c of shape (N,) -> Dense(x, W, c)."""
+    changed = True
+    while changed:
+        changed = False
+        for d in g.nodes:
+            if d.op != "Dense" or len(d.inputs) != 2:
+                continue
+            add = single_consumer(g, d.outputs[0])
+            if add is None or add.op != "Add" or not g.is_const(add.inputs[1]):
+                continue
+            if g.tensor(d.outputs[0]).dtype is not None:
+                continue
+            n = g.tensor(d.outputs[0]).shape[0]
+            c = np.broadcast_to(np.asarray(g.constants[add.inputs[1]]), (n,)).copy()
+            cname = add.inputs[1]
+            consts = dict(g.constants)
+            consts[cname] = c.astype(np.float64)
+            tensors = dict(g.tensors)
+            tensors[cname] = dataclasses.replace(g.tensor(cname), shape=(n,))
+            nd = dataclasses.replace(d, inputs=d.inputs + (cname,), outputs=add.outputs)
+            g = prune(g.replace(nodes=splice(g, {add.name}, {d.name: nd}), constants=consts,
+                                tensors=tensors))
+            changed = True
+            break
+    return g
+
+
+def fold_batchnorm(g: Graph) -> Graph:
+    """BatchNorm after a float Dense folds into its weights and bias (in float64).
+
+    A BatchNorm after a Dense with model-quantized weights stays: it is float arithmetic
+    between two quantizers and becomes thresholds later.
+    """
+    for bn in list(g.nodes):
+        if bn.op != "BatchNorm":
+            continue
+        d = g.producer(bn.inputs[0])
+        if d is None or d.op != "Dense" or single_consumer(g, d.outputs[0]) is None:
+            continue
+        if g.tensor(d.inputs[1]).dtype is not None or g.tensor(d.outputs[0]).dtype is not None:
+            continue
+        s, b, m, v = (np.asarray(g.constants[n], dtype=np.float64) for n in bn.inputs[1:5])
+        k = s / np.sqrt(v + bn.get("epsilon"))
+        W = np.asarray(g.constants[d.inputs[1]], dtype=np.float64) * k[None, :]
+        b0 = (np.asarray(g.constants[d.inputs[2]], dtype=np.float64)
+              if len(d.inputs) > 2 else np.zeros_like(k))
+        consts = dict(g.constants)
+        tensors = dict(g.tensors)
+        wn, bn_name = f"{d.name}_W_bn", f"{d.name}_b_bn"
+        consts[wn], consts[bn_name] = W, (b0 - m) * k + b
+        tensors[wn] = dataclasses.replace(g.tensor(d.inputs[1]), name=wn)
+        tensors[bn_name] = dataclasses.replace(g.tensor(bn.inputs[2]), name=bn_name,
+                                               shape=(W.shape[1],))
+        nd = dataclasses.replace(d, inputs=(d.inputs[0], wn, bn_name), outputs=bn.outputs)
+        g = prune(g.replace(nodes=splice(g, {bn.name}, {d.name: nd}), constants=consts,
+                            tensors=tensors))
+    return g
+
+
+_EXACT_PRODUCERS = ("Dense", "Relu", "Add", "Sub")
+
+
+def fold_requant(g: Graph) -> Graph:
+    """A model quantizer right after Dense/Relu/Add/Sub becomes that op's output type.
+
+    Exact because those ops compute their exact result before one requantization; Mul and
+    BatchNorm chains are left for the thresholds pass (their float constants are not exact).
+    """
+    for r in list(g.nodes):
+        if r.op != "Requant":
+            continue
+        p = g.producer(r.inputs[0])
+        if p is None or p.op not in _EXACT_PRODUCERS or single_consumer(g, p.outputs[0]) is None:
+            continue
+        if g.tensor(p.outputs[0]).dtype is not None:
+            continue
+        np_ = dataclasses.replace(p, outputs=r.outputs)
+        g = prune(g.replace(nodes=splice(g, {r.name}, {p.name: np_})))
+    return g

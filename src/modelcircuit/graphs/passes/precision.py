@@ -1,0 +1,139 @@
+"""Number types for every tensor.
+
+Priority: types from the model's own quantizers (QONNX Quant, QDQ) > per-layer map >
+calibration ranges > the global precision > fixed<16,6>. Dense/Add outputs of a model-typed
+graph with no user precision keep their exact accumulator type (as FINN does), and tensors of a
+float chain that ends in a model quantizer stay untyped for the thresholds pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..ir import Graph, GraphError, Node, Tensor
+from ..types import FLOAT32, FixedType, NumType, parse_type
+
+DEFAULT_PRECISION = FixedType(16, 6)
+_MOVEMENT = ("Reshape", "Transpose")
+_CHAIN_OPS = ("BatchNorm", "Mul", "Add", "Relu")
+
+
+def fit_int_bits(max_abs: float, width: int, signed: bool = True) -> int:
+    """Fewest integer bits (sign included) so that max_abs is representable."""
+    if max_abs <= 0 or not math.isfinite(max_abs):
+        return 1 if signed else 0
+    i = math.floor(math.log2(max_abs)) + 1 + (1 if signed else 0)
+    t = FixedType(width, i, signed)
+    if max_abs > t.qmax * t.lsb:  # exactly a power of two at the top
+        i += 1
+    return i
+
+
+def fit_type(values: np.ndarray, base: FixedType) -> FixedType:
+    v = np.asarray(values, dtype=np.float64)
+    m = float(np.max(np.abs(v))) if v.size else 0.0
+    signed = base.signed or bool(np.any(v < 0))
+    return dataclasses.replace(base, int_bits=fit_int_bits(m, base.width, signed), signed=signed)
+
+
+def _chain_to_model_quant(g: Graph, node: Node) -> bool:
+    """True if node's output flows through float-chain ops (single consumers) into a
+    Requant that came from the model."""
+    cur = node
+    while True:
+        cons = g.consumers(cur.outputs[0])
+        if len(cons) != 1 or cur.outputs[0] in g.outputs:
+            return False
+        nxt = cons[0]
+        if nxt.op == "Requant" and g.tensor(nxt.outputs[0]).dtype is not None:
+            return True
+        if nxt.op not in _CHAIN_OPS or any(not g.is_const(i) for i in nxt.inputs[1:]):
+            return False
+        cur = nxt
+
+
+def _per_layer_type(per_layer: Mapping[str, object], key: str, part: str) -> NumType | None:
+    v = per_layer.get(key)
+    if v is None:
+        return None
+    if isinstance(v, dict):
+        v = v.get(part)
+        if v is None:
+            return None
+    return parse_type(str(v))
+
+
+def assign_types(g: Graph, precision: NumType | None = None,
+                 per_layer: Mapping[str, object] | None = None,
+                 ranges: Mapping[str, float] | None = None) -> Graph:
+    per_layer = per_layer or {}
+    tensors = dict(g.tensors)
+    if precision is not None and precision.is_float:
+        for k, t in tensors.items():
+            tensors[k] = dataclasses.replace(t, dtype=FLOAT32)
+        return g.replace(tensors=tensors)
+    model_typed = bool(g.get_meta("typed_by_model"))
+    base = precision if isinstance(precision, FixedType) else DEFAULT_PRECISION
+    ranges = ranges or {}
+
+    def activation_type(name: str, key: str) -> FixedType:
+        t = _per_layer_type(per_layer, key, "result")
+        if t is not None:
+            return t  # type: ignore[return-value]
+        if name in ranges:
+            return dataclasses.replace(base, int_bits=fit_int_bits(ranges[name], base.width))
+        return base
+
+    def set_t(name: str, t: NumType | None) -> None:
+        tensors[name] = dataclasses.replace(tensors[name], dtype=t)
+
+    nodes: list[Node] = []
+    consts = dict(g.constants)
+    for x in g.inputs:
+        if tensors[x].dtype is None:
+            set_t(x, activation_type(x, x))
+    for node in g.nodes:
+        # constants first: weights, biases, element-wise constants
+        for k, c in enumerate(node.inputs[1:], start=1):
+            if not c or not g.is_const(c) or tensors[c].dtype is not None:
+                continue
+            part = "weight" if k == 1 else "bias"
+            t = _per_layer_type(per_layer, node.name, part)
+            vals = g.constants[c]
+            if t is None:
+                if node.op == "Dense" and not ranges:
+                    t = base
+                else:
+                    t = fit_type(vals, base)
+            set_t(c, t)
+        if node.op == "LeakyRelu" and len(node.inputs) == 1:
+            an = f"{node.name}_alpha"
+            consts[an] = np.array(node.get("alpha"), dtype=np.float64)
+            tensors[an] = Tensor(an, (), fit_type(consts[an], base))
+            node = dataclasses.replace(node, inputs=node.inputs + (an,))
+        out = node.outputs[0]
+        if tensors[out].dtype is None:
+            ins = [tensors[i].dtype for i in node.inputs if i]
+            if node.op in _MOVEMENT:
+                set_t(out, ins[0])
+            elif _per_layer_type(per_layer, node.name, "result") is not None:
+                set_t(out, activation_type(out, node.name))
+            elif node.op in _CHAIN_OPS and _chain_to_model_quant(g, node):
+                pass  # left for the thresholds pass
+            elif (model_typed and precision is None and node.op in ("Dense", "Add", "Sub")
+                  and all(t is not None for t in ins)):
+                node = node.with_attrs(exact=True)
+            elif (node.op == "Dense" and _chain_to_model_quant(g, node)
+                  and all(t is not None for t in ins)):
+                node = node.with_attrs(exact=True)
+            else:
+                set_t(out, activation_type(out, node.name))
+        nodes.append(node)
+    for name, t in tensors.items():
+        if t.dtype is None and name in g.constants:
+            raise GraphError(f"constant {name!r} got no type")
+    return g.replace(nodes=tuple(nodes), tensors=tensors, constants=consts)

@@ -1,0 +1,137 @@
+"""Float arithmetic between two quantizers -> exact MultiThreshold (FINN's, derived
+exhaustively).
+
+The chain's input is an integer code with a small known range, so the compiler runs the
+float chain with onnxruntime (float32, as the model's own execution does) on every possible
+code, applies the model's quantizer, and keeps the points where the output code steps.
+The result equals the float model's execution exactly, by construction.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .. import fixed as fx
+from ..ir import Graph, GraphError, Node, Tensor, prune
+from ..types import FixedType, parse_type
+from ._util import splice
+
+MAX_CODES = 1 << 20
+
+
+def _chain(g: Graph, r: Node) -> list[Node] | None:
+    """Walk back from Requant r through untyped float-chain ops to a typed source."""
+    chain: list[Node] = []
+    cur = r.inputs[0]
+    while g.tensor(cur).dtype is None:
+        p = g.producer(cur)
+        if p is None or p.op not in ("BatchNorm", "Mul", "Add", "Relu"):
+            return None
+        chain.append(p)
+        cur = p.inputs[0]
+    return list(reversed(chain)) if chain else None
+
+
+def _to_onnx(g: Graph, chain: list[Node], channels: int) -> onnx.ModelProto:
+    inits, nodes = [], []
+    src = chain[0].inputs[0]
+    for n in chain:
+        ins = [n.inputs[0]]
+        for c in n.inputs[1:]:
+            v = np.asarray(g.constants[c], dtype=np.float32)
+            if n.op != "BatchNorm" and v.ndim == 1 and v.shape[0] == channels:
+                v = v.reshape(1, channels)
+            inits.append(numpy_helper.from_array(v, c))
+            ins.append(c)
+        op = {"BatchNorm": "BatchNormalization"}.get(n.op, n.op)
+        kw = {"epsilon": float(n.get("epsilon"))} if n.op == "BatchNorm" else {}
+        nodes.append(helper.make_node(op, ins, list(n.outputs), **kw))
+    gi = helper.make_tensor_value_info(src, TensorProto.FLOAT, None)
+    go = helper.make_tensor_value_info(chain[-1].outputs[0], TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "chain", [gi], [go], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _input_range(g: Graph, src: str, t: FixedType) -> tuple[int, int]:
+    p = g.producer(src)
+    if p is not None and p.op == "Dense" and p.get("acc"):
+        a = parse_type(p.get("acc"))
+        if a == t:
+            return t.qmin, t.qmax
+    return t.qmin, t.qmax
+
+
+def steps_of(values: np.ndarray, lo: int) -> tuple[list[int], list[int], int]:
+    """values[i] = f(lo + i) -> (thresholds, steps, base) with
+    f(a) = base + sum_k steps[k] * (a >= thresholds[k])."""
+    d = np.diff(values)
+    idx = np.nonzero(d)[0]
+    return [lo + int(i) + 1 for i in idx], [int(d[i]) for i in idx], int(values[0])
+
+
+def float_chains_to_thresholds(g: Graph) -> Graph:
+    import onnxruntime as ort
+
+    for r in list(g.nodes):
+        if r.op != "Requant":
+            continue
+        chain = _chain(g, r)
+        if chain is None:
+            continue
+        src = chain[0].inputs[0]
+        t = g.tensor(src).dtype
+        out_t = g.tensor(r.outputs[0]).dtype
+        if not isinstance(t, FixedType) or not isinstance(out_t, FixedType):
+            continue
+        lo, hi = _input_range(g, src, t)
+        if hi - lo + 1 > MAX_CODES:
+            raise GraphError(f"node {r.name}: the float arithmetic before this quantizer has an "
+                             f"input of {hi - lo + 1} codes, too many to turn into thresholds")
+        shape = g.tensor(src).shape
+        per_channel = any(np.asarray(g.constants[c]).size > 1 for n in chain for c in n.inputs[1:])
+        channels = int(np.prod(shape)) if per_channel else 1
+        if per_channel and len(shape) != 1:
+            raise GraphError(f"node {r.name}: per-channel float arithmetic on a rank-"
+                             f"{len(shape)} tensor is not supported")
+        codes = np.arange(lo, hi + 1, dtype=np.int64)
+        x = np.repeat(fx.to_float(codes, t).astype(np.float32)[:, None], channels, axis=1)
+        if not per_channel and chain[0].op == "BatchNorm":
+            channels = 1
+        sess = ort.InferenceSession(_to_onnx(g, chain, channels).SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+        y = sess.run(None, {src: x})[0].astype(np.float64)
+        q = fx.quantize(y, out_t)  # the model's quantizer: exact scaling, its own rounding
+        ths, sts, bases = [], [], []
+        for c in range(channels):
+            th, st, b = steps_of(q[:, c], lo)
+            ths.append(th)
+            sts.append(st)
+            bases.append(b)
+        k = max(1, max(len(s) for s in ths))
+        thr = np.full((channels, k), hi + 1, dtype=np.int64)
+        stp = np.zeros((channels, k), dtype=np.int64)
+        for c in range(channels):
+            thr[c, : len(ths[c])] = ths[c]
+            stp[c, : len(sts[c])] = sts[c]
+        base = np.asarray(bases, dtype=np.int64)
+        names = [f"{r.name}_thresholds", f"{r.name}_steps", f"{r.name}_base"]
+        consts = dict(g.constants)
+        tensors = dict(g.tensors)
+        for nm, v in zip(names, (thr, stp, base), strict=True):
+            consts[nm] = v
+            tensors[nm] = Tensor(nm, v.shape, t if nm == names[0] else out_t)
+        th_node = Node.make(r.name, "Threshold", [src] + names, r.outputs,
+                            source_ops=[n.op for n in chain])
+        drop = {n.name for n in chain}
+        g = prune(g.replace(nodes=splice(g, drop, {r.name: th_node}), constants=consts,
+                            tensors=tensors))
+    for n in g.nodes:
+        for o in n.outputs:
+            if g.tensor(o).dtype is None:
+                raise GraphError(f"node {n.name} ({n.op}): output {o!r} has no number type")
+    return g
+
+

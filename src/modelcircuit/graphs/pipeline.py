@@ -1,0 +1,100 @@
+"""The compiler, readable in one screen: the ordered list of passes.
+
+Each pass is a pure function Graph -> Graph. `compile_graph` runs them, times them, and
+returns a CompiledGraph: data (graph + options + pass log + id), no behaviour.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from . import reference
+from .identity import graph_id
+from .ir import Graph, GraphError
+from .passes.accumulators import accumulator_types
+from .passes.canonicalize import fold_batchnorm, fold_requant, fuse_bias
+from .passes.constants import quantize_constants
+from .passes.fuse import fuse_dense_relu
+from .passes.precision import assign_types
+from .passes.schedule import schedule
+from .passes.tables import DEFAULT_TABLE_BITS, build_tables
+from .passes.thresholds import float_chains_to_thresholds
+from .types import FLOAT32, NumType, parse_type
+
+Pass = Callable[[Graph], Graph]
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    graph: Graph
+    options: Mapping[str, Any]
+    pass_log: tuple[tuple[str, float, int], ...]  # (pass, milliseconds, nodes after)
+    graph_id: str
+    profile: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)  # backend plans (reuse, memory…)
+
+
+def passes(precision: NumType | None, per_layer: Mapping[str, Any] | None,
+           ranges: Mapping[str, float] | None, table_bits: int) -> list[tuple[str, Pass]]:
+    return [
+        ("fuse_bias", fuse_bias),
+        ("fold_batchnorm", fold_batchnorm),
+        ("fold_requant", fold_requant),
+        ("assign_types", partial(assign_types, precision=precision, per_layer=per_layer,
+                                 ranges=ranges)),
+        ("quantize_constants", quantize_constants),
+        ("accumulator_types", accumulator_types),
+        ("float_chains_to_thresholds", float_chains_to_thresholds),
+        ("fuse_dense_relu", fuse_dense_relu),
+        ("build_tables", partial(build_tables, table_bits=table_bits)),
+        ("schedule", schedule),
+    ]
+
+
+def _run_passes(graph: Graph, plist: list[tuple[str, Pass]]) -> tuple[Graph, list]:
+    log = []
+    for name, fn in plist:
+        t0 = time.perf_counter()
+        graph = fn(graph)
+        log.append((name, round((time.perf_counter() - t0) * 1e3, 3), len(graph.nodes)))
+    return graph, log
+
+
+def calibration_ranges(graph: Graph, samples: np.ndarray) -> dict[str, float]:
+    """max |value| of every tensor of the float model on sample inputs."""
+    fg, _ = _run_passes(graph, passes(FLOAT32, None, None, DEFAULT_TABLE_BITS))
+    env = reference.execute(fg, [np.asarray(samples, dtype=np.float32)], trace=True)
+    return {k: float(np.max(np.abs(v))) if v.size else 0.0 for k, v in env.items()}
+
+
+def compile_graph(graph: Graph, precision: str | NumType | None = None,
+                  per_layer: Mapping[str, Any] | None = None,
+                  calibrate: np.ndarray | None = None, reuse: int | str = 1,
+                  profile: str | None = None, table_bits: int = DEFAULT_TABLE_BITS) -> CompiledGraph:
+    """Compile a graph ahead of time. Every failure is a GraphError (one line for the user)."""
+    p = parse_type(precision) if isinstance(precision, str) else precision
+    if profile is not None:
+        from .profiles import get_profile
+
+        get_profile(profile)
+    if not 4 <= int(table_bits) <= 16:
+        raise GraphError(f"table_bits must be within 4..16, got {table_bits}")
+    ranges = None
+    if calibrate is not None:
+        if p is not None and p.is_float:
+            raise GraphError("--calibrate needs a fixed-point --precision (for its width)")
+        ranges = calibration_ranges(graph, calibrate)
+    g, log = _run_passes(graph, passes(p, per_layer, ranges, int(table_bits)))
+    options = {"precision": None if p is None else str(p), "per_layer": dict(per_layer or {}),
+               "calibrated": calibrate is not None, "reuse": reuse, "profile": profile,
+               "table_bits": int(table_bits)}
+    if ranges is not None:
+        options["calibration_sha256"] = __import__("hashlib").sha256(
+            np.ascontiguousarray(calibrate, dtype=np.float32).tobytes()).hexdigest()
+    return CompiledGraph(g, options, tuple(log), graph_id(g, options), profile)

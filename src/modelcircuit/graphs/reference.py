@@ -1,0 +1,290 @@
+"""The golden interpreter: the living definition of what every op computes.
+
+Two modes, decided by the tensor types: FloatType tensors are computed in float32 (compared
+with onnxruntime), FixedType tensors as int64 codes, bit-exact (DESIGN.md, "Numbers"). Every
+backend is tested against this file. Fixed-point arrays here are always codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from . import fixed as fx
+from .ir import Graph, GraphError, Node
+from .types import FixedType, NumType
+
+Array = np.ndarray
+OpFn = Callable[[Graph, Node, list[Array]], Array]
+
+
+def _t(g: Graph, name: str) -> NumType:
+    t = g.tensor(name).dtype
+    if t is None:
+        raise GraphError(f"tensor {name!r} has no type; compile the graph first")
+    return t
+
+
+def _const(g: Graph, name: str) -> Array:
+    return np.asarray(g.constants[name])
+
+
+def _out(g: Graph, node: Node) -> NumType:
+    return _t(g, node.outputs[0])
+
+
+def _is_fixed(g: Graph, node: Node) -> bool:
+    return not _out(g, node).is_float
+
+
+def _as_codes(g: Graph, name: str, v: Array) -> tuple[Array, FixedType]:
+    t = _t(g, name)
+    assert isinstance(t, FixedType), f"{name} is not fixed point"
+    return v.astype(np.int64), t
+
+
+def _finish(g: Graph, node: Node, q: Array, frac: int) -> Array:
+    """Requantize exact codes at `frac` to the node's output type."""
+    t = _out(g, node)
+    assert isinstance(t, FixedType)
+    return fx.requantize(q, frac, t)
+
+
+def _f32(v: Array) -> Array:
+    return np.asarray(v, dtype=np.float32)
+
+
+# -- Dense ------------------------------------------------------------------------
+def exact_matmul(x: Array, w: Array, bound_bits: int) -> Array:
+    """Integer x @ w, exact. BLAS in float64 is exact while every partial sum stays under
+    2**53, which the accumulator width (computed at compile time) guarantees."""
+    if bound_bits <= 53:
+        return (x.astype(np.float64) @ w.astype(np.float64)).astype(np.int64)
+    return np.einsum("bk,kn->bn", x.astype(np.int64), w.astype(np.int64))
+
+
+def dense(g: Graph, node: Node, ins: list[Array]) -> Array:
+    x = ins[0]
+    wn = node.inputs[1]
+    bn = node.inputs[2] if len(node.inputs) > 2 else None
+    relu = bool(node.get("relu", False))
+    if not _is_fixed(g, node):
+        y = _f32(x) @ _f32(_const(g, wn))
+        if bn:
+            y = y + _f32(_const(g, bn))
+        return _f32(np.maximum(y, 0) if relu else y)
+    xq, tx = _as_codes(g, node.inputs[0], x)
+    tw = _t(g, wn)
+    acc_t = _accumulator(g, node)
+    acc = exact_matmul(xq, _const(g, wn), acc_t.width)
+    frac = tx.frac + tw.frac
+    if bn:
+        tb = _t(g, bn)
+        b = _const(g, bn).astype(np.int64)
+        if tb.frac > frac:
+            acc = fx.align(acc, frac, tb.frac)
+            frac = tb.frac
+        acc = acc + fx.align(b, tb.frac, frac)
+    y = _finish(g, node, acc, frac)
+    return np.maximum(y, 0) if relu else y
+
+
+def _accumulator(g: Graph, node: Node) -> FixedType:
+    from .types import parse_type
+
+    a = node.get("acc")
+    if a is None:
+        raise GraphError(f"node {node.name}: accumulator type not computed; compile first")
+    t = parse_type(a)
+    assert isinstance(t, FixedType)
+    return t
+
+
+# -- element-wise ---------------------------------------------------------------------
+def add(g: Graph, node: Node, ins: list[Array], sign: int = 1) -> Array:
+    a = ins[0]
+    bname = node.inputs[1]
+    b = _const(g, bname) if g.is_const(bname) else ins[1]
+    if not _is_fixed(g, node):
+        return _f32(_f32(a) + sign * _f32(b))
+    ta, tb = _t(g, node.inputs[0]), _t(g, bname)
+    f = max(ta.frac, tb.frac)
+    q = fx.align(a.astype(np.int64), ta.frac, f) + sign * fx.align(b.astype(np.int64), tb.frac, f)
+    return _finish(g, node, q, f)
+
+
+def sub(g: Graph, node: Node, ins: list[Array]) -> Array:
+    return add(g, node, ins, sign=-1)
+
+
+def mul(g: Graph, node: Node, ins: list[Array]) -> Array:
+    c = _const(g, node.inputs[1])
+    if not _is_fixed(g, node):
+        return _f32(_f32(ins[0]) * _f32(c))
+    tx, tc = _t(g, node.inputs[0]), _t(g, node.inputs[1])
+    return _finish(g, node, ins[0].astype(np.int64) * c.astype(np.int64), tx.frac + tc.frac)
+
+
+def relu(g: Graph, node: Node, ins: list[Array]) -> Array:
+    if not _is_fixed(g, node):
+        return _f32(np.maximum(ins[0], 0))
+    return _finish(g, node, np.maximum(ins[0].astype(np.int64), 0), _t(g, node.inputs[0]).frac)
+
+
+def leaky_relu(g: Graph, node: Node, ins: list[Array]) -> Array:
+    x = ins[0]
+    if not _is_fixed(g, node):
+        a = np.float32(node.get("alpha"))
+        return _f32(np.where(x >= 0, x, _f32(x) * a))
+    an = node.inputs[1]
+    tx, ta = _t(g, node.inputs[0]), _t(g, an)
+    alpha = int(_const(g, an).reshape(-1)[0])
+    q = x.astype(np.int64)
+    y = np.where(q >= 0, np.left_shift(q, ta.frac), q * alpha)
+    return _finish(g, node, y, tx.frac + ta.frac)
+
+
+FLOAT_FUNCS: dict[str, Callable[[Array, Node], Array]] = {
+    "sigmoid": lambda x, n: 1.0 / (1.0 + np.exp(-x)),
+    "tanh": lambda x, n: np.tanh(x),
+    "exp": lambda x, n: np.exp(x),
+    "selu": lambda x, n: n.get("gamma", 1.0507009873554805)
+    * np.where(x > 0, x, n.get("alpha", 1.6732632423543772) * (np.exp(np.minimum(x, 0)) - 1.0)),
+    "reciprocal": lambda x, n: 1.0 / x,
+}
+
+
+def table_index(q: Array, lo: int, shift: int, size: int) -> Array:
+    """The documented table indexing: clip the code into the table's domain
+    [lo, lo + (size << shift) - 1], subtract lo and drop `shift` low bits."""
+    hi = lo + (size << shift) - 1
+    return np.right_shift(np.clip(q.astype(np.int64), lo, hi) - lo, shift)
+
+
+def lut(g: Graph, node: Node, ins: list[Array]) -> Array:
+    if not _is_fixed(g, node):
+        x = ins[0].astype(np.float32)
+        return _f32(FLOAT_FUNCS[node.get("func")](x, node))
+    table = _const(g, node.inputs[1]).astype(np.int64)
+    idx = table_index(ins[0], node.get("lo"), node.get("shift"), table.shape[0])
+    return table[idx]
+
+
+def softmax(g: Graph, node: Node, ins: list[Array]) -> Array:
+    x = ins[0]
+    if not _is_fixed(g, node):
+        x32 = _f32(x)
+        e = np.exp(x32 - x32.max(axis=-1, keepdims=True))
+        return _f32(e / e.sum(axis=-1, keepdims=True))
+    from .types import parse_type
+
+    exp_t, rec_t = _const(g, node.inputs[1]).astype(np.int64), _const(g, node.inputs[2]).astype(np.int64)
+    e_type, r_type = parse_type(node.get("exp_type")), parse_type(node.get("recip_type"))
+    q = x.astype(np.int64)
+    d = q - q.max(axis=-1, keepdims=True)
+    e = exp_t[table_index(d, node.get("exp_lo"), node.get("exp_shift"), exp_t.shape[0])]
+    s = e.sum(axis=-1, keepdims=True)
+    r = rec_t[table_index(s, node.get("recip_lo"), node.get("recip_shift"), rec_t.shape[0])]
+    return _finish(g, node, e * r, e_type.frac + r_type.frac)
+
+
+def threshold(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """MultiThreshold: out = base + sum_k step[c,k] * (x[c] >= thr[c,k]), all integers."""
+    thr = _const(g, node.inputs[1]).astype(np.int64)
+    steps = _const(g, node.inputs[2]).astype(np.int64)
+    base = _const(g, node.inputs[3]).astype(np.int64)
+    x = ins[0]
+    shp = x.shape
+    flat = x.reshape(shp[0], -1)
+    if _t(g, node.inputs[0]).is_float:
+        raise GraphError(f"node {node.name}: Threshold needs a fixed-point input")
+    hits = (flat.astype(np.int64)[:, :, None] >= thr[None, :, :]).astype(np.int64)
+    out = base[None, :] + (hits * steps[None, :, :]).sum(axis=-1)
+    return out.reshape(shp)
+
+
+def requant(g: Graph, node: Node, ins: list[Array]) -> Array:
+    x = ins[0]
+    tin, tout = _t(g, node.inputs[0]), _out(g, node)
+    if tout.is_float:
+        # float model keeping the model's quantizer: fake-quantize with the quantizer's type
+        from .types import parse_type
+
+        t = parse_type(node.get("quant_type"))
+        return _f32(fx.to_float(fx.quantize(x, t), t))
+    if tin.is_float:
+        return fx.quantize(x, tout)
+    return fx.requantize(x.astype(np.int64), tin.frac, tout)
+
+
+def bipolar(g: Graph, node: Node, ins: list[Array]) -> Array:
+    x = ins[0]
+    tout = _out(g, node)
+    if tout.is_float:
+        return _f32(np.where(x >= 0, 1.0, -1.0) * float(node.get("scale", 1.0)))
+    return np.where(x >= 0, 1, -1).astype(np.int64)
+
+
+def batchnorm(g: Graph, node: Node, ins: list[Array]) -> Array:
+    if _is_fixed(g, node):
+        raise GraphError(f"node {node.name}: BatchNorm must be folded before fixed-point runs")
+    s, b, m, v = (_f32(_const(g, n)) for n in node.inputs[1:5])
+    eps = np.float32(node.get("epsilon"))
+    x = _f32(ins[0])
+    shp = (1, -1) + (1,) * (x.ndim - 2)
+    return _f32((x - m.reshape(shp)) / np.sqrt(v.reshape(shp) + eps) * s.reshape(shp) + b.reshape(shp))
+
+
+def reshape(g: Graph, node: Node, ins: list[Array]) -> Array:
+    return ins[0].reshape((ins[0].shape[0],) + tuple(node.get("shape")))
+
+
+def transpose(g: Graph, node: Node, ins: list[Array]) -> Array:
+    return np.transpose(ins[0], (0,) + tuple(p + 1 for p in node.get("perm")))
+
+
+OPS: dict[str, OpFn] = {
+    "Dense": dense, "Add": add, "Sub": sub, "Mul": mul, "Relu": relu, "LeakyRelu": leaky_relu,
+    "Lut": lut, "Softmax": softmax, "Threshold": threshold, "Requant": requant,
+    "Bipolar": bipolar, "BatchNorm": batchnorm, "Reshape": reshape, "Transpose": transpose,
+}
+
+
+def quantize_inputs(g: Graph, xs: list[Array]) -> list[Array]:
+    """Float inputs -> the graph's input representation (codes for fixed-point inputs)."""
+    out = []
+    for name, x in zip(g.inputs, xs, strict=True):
+        t = _t(g, name)
+        out.append(_f32(x) if t.is_float else fx.quantize(x, t))
+    return out
+
+
+def execute(g: Graph, inputs: list[Array], trace: bool = False,
+            inputs_are_codes: bool = False) -> dict[str, Array]:
+    """Run the graph on a batch. Returns every tensor if `trace`, else only the outputs.
+    Fixed-point tensors are codes."""
+    env: dict[str, Array] = {}
+    for name, x in zip(g.inputs, inputs if inputs_are_codes else quantize_inputs(g, inputs),
+                       strict=True):
+        shp = g.tensor(name).shape
+        x = np.asarray(x)
+        if x.shape[1:] != shp:
+            x = x.reshape((-1,) + shp)
+        env[name] = x
+    for node in g.nodes:
+        fn = OPS.get(node.op)
+        if fn is None:
+            raise GraphError(f"node {node.name}: op {node.op} has no reference definition; "
+                             f"supported: {', '.join(sorted(OPS))}")
+        ins = [env[i] for i in node.inputs if i and i in env]
+        env[node.outputs[0]] = fn(g, node, ins)
+    if trace:
+        return env
+    return {o: env[o] for o in g.outputs}
+
+
+def to_values(g: Graph, name: str, v: Array) -> Array:
+    """Codes (or floats) of tensor `name` -> float values."""
+    t = _t(g, name)
+    return np.asarray(v, dtype=np.float64) if t.is_float else fx.to_float(v, t)
