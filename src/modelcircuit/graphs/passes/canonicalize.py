@@ -74,6 +74,24 @@ def fold_batchnorm(g: Graph) -> Graph:
 _EXACT_PRODUCERS = ("Dense", "Relu", "Add", "Sub")
 
 
+def _after_float_chain(g: Graph, node) -> bool:
+    """Does an untyped Mul/BatchNorm feed `node` through element-wise ops? Then the whole
+    chain belongs to the thresholds pass, not to one exact op."""
+    cur = node
+    while cur is not None and cur.op in ("Add", "Relu", "Mul", "BatchNorm"):
+        if cur is not node and cur.op in ("Mul", "BatchNorm"):
+            return True
+        if cur.op in ("Mul", "BatchNorm") and cur is not node:
+            return True
+        nxt = cur.inputs[0]
+        if g.tensor(nxt).dtype is not None:
+            return False
+        cur = g.producer(nxt)
+        if cur is not None and cur.op in ("Mul", "BatchNorm"):
+            return True
+    return False
+
+
 def fold_requant(g: Graph) -> Graph:
     """A model quantizer right after Dense/Relu/Add/Sub becomes that op's output type.
 
@@ -86,7 +104,7 @@ def fold_requant(g: Graph) -> Graph:
         p = g.producer(r.inputs[0])
         if p is None or p.op not in _EXACT_PRODUCERS or single_consumer(g, p.outputs[0]) is None:
             continue
-        if g.tensor(p.outputs[0]).dtype is not None:
+        if g.tensor(p.outputs[0]).dtype is not None or _after_float_chain(g, p):
             continue
         np_ = dataclasses.replace(p, outputs=r.outputs)
         g = prune(g.replace(nodes=splice(g, {r.name}, {p.name: np_})))

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..ir import Graph, GraphError, Node, Tensor
+from ..ir import Graph, Node, Tensor
 from ..types import FLOAT32, FixedType, NumType, parse_type
 
 DEFAULT_PRECISION = FixedType(16, 6)
@@ -69,7 +69,7 @@ def _per_layer_type(per_layer: Mapping[str, object], key: str, part: str) -> Num
 
 def assign_types(g: Graph, precision: NumType | None = None,
                  per_layer: Mapping[str, object] | None = None,
-                 ranges: Mapping[str, float] | None = None) -> Graph:
+                 ranges: Mapping[str, tuple[float, float]] | None = None) -> Graph:
     per_layer = per_layer or {}
     tensors = dict(g.tensors)
     if precision is not None and precision.is_float:
@@ -85,7 +85,16 @@ def assign_types(g: Graph, precision: NumType | None = None,
         if t is not None:
             return t  # type: ignore[return-value]
         if name in ranges:
-            return dataclasses.replace(base, int_bits=fit_int_bits(ranges[name], base.width))
+            lo, hi = ranges[name]
+            # a Dense feeding only a ReLU needs only the ReLU's range (negatives saturate to 0,
+            # which is what the ReLU makes of them anyway): then the two fuse
+            node = g.producer(name)
+            cons = g.consumers(name)
+            if node is not None and node.op == "Dense" and len(cons) == 1 and cons[0].op == "Relu":
+                lo, hi = ranges.get(cons[0].outputs[0], (lo, hi))
+            signed = lo < 0
+            return dataclasses.replace(base, signed=signed,
+                                       int_bits=fit_int_bits(max(abs(lo), abs(hi)), base.width, signed))
         return base
 
     def set_t(name: str, t: NumType | None) -> None:
@@ -97,8 +106,12 @@ def assign_types(g: Graph, precision: NumType | None = None,
         if tensors[x].dtype is None:
             set_t(x, activation_type(x, x))
     for node in g.nodes:
-        # constants first: weights, biases, element-wise constants
+        in_chain = node.op in _CHAIN_OPS and _chain_to_model_quant(g, node)
+        # constants first: weights, biases, element-wise constants (float-chain constants stay
+        # float: the thresholds pass evaluates them as the model does)
         for k, c in enumerate(node.inputs[1:], start=1):
+            if in_chain:
+                break
             if not c or not g.is_const(c) or tensors[c].dtype is not None:
                 continue
             part = "weight" if k == 1 else "bias"
@@ -122,7 +135,7 @@ def assign_types(g: Graph, precision: NumType | None = None,
                 set_t(out, ins[0])
             elif _per_layer_type(per_layer, node.name, "result") is not None:
                 set_t(out, activation_type(out, node.name))
-            elif node.op in _CHAIN_OPS and _chain_to_model_quant(g, node):
+            elif in_chain:
                 pass  # left for the thresholds pass
             elif (model_typed and precision is None and node.op in ("Dense", "Add", "Sub")
                   and all(t is not None for t in ins)):
@@ -133,7 +146,4 @@ def assign_types(g: Graph, precision: NumType | None = None,
             else:
                 set_t(out, activation_type(out, node.name))
         nodes.append(node)
-    for name, t in tensors.items():
-        if t.dtype is None and name in g.constants:
-            raise GraphError(f"constant {name!r} got no type")
     return g.replace(nodes=tuple(nodes), tensors=tensors, constants=consts)

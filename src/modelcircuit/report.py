@@ -1,0 +1,69 @@
+"""`modelcircuit inspect`: per node op, shapes, types, FLOPs, bytes, multipliers, cycles,
+predicted time; as text, JSON or an HTML page (templates/report/inspect.html.j2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jinja2
+
+from .graphs.cost import ledger, totals
+from .graphs.ir import Graph
+from .graphs.profiles import get_profile
+
+COLUMNS = ["node", "op", "in_shape", "out_shape", "out_type", "flops", "bytes", "multipliers",
+           "cycles", "predicted_us"]
+
+
+def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
+    prof = get_profile(info["profile"]) if info.get("profile") else None
+    hdl_layers = {}
+    if info.get("hdl"):
+        for layer in info["hdl"].get("layers", []):
+            hdl_layers[layer.get("node")] = layer
+    rows = []
+    costs = ledger(g, prof)
+    for n, c in zip(g.nodes, costs, strict=True):
+        acts = g.activations(n)
+        layer = hdl_layers.get(n.name, {})
+        rows.append({
+            "node": n.name, "op": n.op + (("+relu" if n.get("relu") else "")),
+            "in_shape": list(g.tensor(acts[0]).shape) if acts else [],
+            "out_shape": list(g.tensor(n.outputs[0]).shape),
+            "in_type": str(g.tensor(acts[0]).dtype) if acts else "",
+            "out_type": str(g.tensor(n.outputs[0]).dtype),
+            "acc_type": n.get("acc", ""),
+            "flops": c.flops, "bytes": c.bytes, "multipliers": c.multipliers,
+            "shifts": c.shifts, "zero_weights": c.zero_weights,
+            "cycles": layer.get("latency", "-"), "reuse": layer.get("reuse", "-"),
+            "predicted_us": "-" if c.predicted_s is None else round(c.predicted_s * 1e6, 4),
+        })
+    tot = totals(costs)
+    total = {"node": "total", "flops": tot["flops"], "bytes": tot["bytes"],
+             "multipliers": tot["multipliers"],
+             "cycles": (info.get("hdl") or {}).get("latency", "-"),
+             "predicted_us": "-" if tot["predicted_s"] is None else round(tot["predicted_s"] * 1e6, 4)}
+    out = {"model": g.name, "graph_id": info.get("graph_id"), "profile": info.get("profile"),
+           "columns": COLUMNS, "nodes": rows, "total": total}
+    if info.get("gpu"):
+        out["gpu"] = info["gpu"]
+    if info.get("hdl"):
+        out["hdl"] = {k: v for k, v in info["hdl"].items() if k != "layers"}
+    return out
+
+
+def render_text(r: dict[str, Any]) -> str:
+    cols = r["columns"]
+    table = [[str(row.get(c, "")) for c in cols] for row in r["nodes"]]
+    table.append([str(r["total"].get(c, "")) for c in cols])
+    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
+    line = lambda cells: "  ".join(s.ljust(w) if i < 2 else s.rjust(w)  # noqa: E731
+                                   for i, (s, w) in enumerate(zip(cells, widths, strict=True)))
+    head = [f"model {r['model']}  graph id {r['graph_id']}" + (f"  profile {r['profile']}" if r["profile"] else "")]
+    return "\n".join(head + [line(cols)] + [line(t) for t in table])
+
+
+def render_html(r: dict[str, Any]) -> str:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("modelcircuit", "templates"),
+                             undefined=jinja2.StrictUndefined, autoescape=True)
+    return env.get_template("report/inspect.html.j2").render(r=r)

@@ -1,0 +1,1 @@
+"""Simulation and equivalence: the one place that puts the backends side by side."""
