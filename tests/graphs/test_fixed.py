@@ -142,7 +142,7 @@ def test_negative_int_bits():
     assert q1(0.2, t) == 7              # 12.8 lsb saturates
     assert q1(0.2, t.with_(overflow=Overflow.WRAP)) == -4  # 12 -> 12 - 16
     assert q1(-0.125, t) == -8
-    assert q1(-0.13, t) == -9 + 1       # -8.32 -> floor -9 -> SAT -8
+    assert q1(-0.13, t) == -8           # -8.32 -> floor -9 -> SAT -8
     assert fx.to_float(np.array([7]), t)[0] == 7 / 64
 
 
@@ -405,7 +405,7 @@ def rand_codes(t: FixedType, shape) -> np.ndarray:
 @pytest.mark.parametrize("acc", ["fixed<40,20>", "fixed<60,30>"])  # BLAS path, int64 path
 @pytest.mark.parametrize("relu", [False, True])
 def test_dense_fixed(acc, relu):
-    tx, tw, tb = FixedType(8, 3), FixedType(6, 2), FixedType(10, 2)  # bias F=8 > x*w F=9? no: 5+4
+    tx, tw, tb = FixedType(8, 3), FixedType(6, 2), FixedType(10, 2)  # x*w: F=9, bias F=8
     to = FixedType(8, 4, rounding=Rounding.RND)
     x, w, b = rand_codes(tx, (50, 7)), rand_codes(tw, (7, 5)), rand_codes(tb, (5,))
     n = Node.make("d", "Dense", ["x", "w", "b"], ["y"], acc=acc, relu=relu)

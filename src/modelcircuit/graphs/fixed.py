@@ -20,20 +20,21 @@ def shift_round(q: np.ndarray, s: int, rounding: Rounding) -> np.ndarray:
     q = np.asarray(q, dtype=np.int64)
     if s <= 0:
         return np.left_shift(q, -s) if s < 0 else q
-    if s >= 63:
-        # Everything below the point: the result is 0 or -1 (TRN), or rounds to 0.
+    if s >= 64:
+        # |q| <= 2**63 <= 2**(s-1): the value is within [-1/2, 1/2): 0 or -1 (TRN), else 0
         if rounding == Rounding.TRN:
             return np.where(q < 0, -1, 0).astype(np.int64)
         return np.zeros_like(q)
-    if rounding == Rounding.TRN:
-        return _floor_div_pow2(q, s)
-    half = np.int64(1) << np.int64(s - 1)
-    if rounding == Rounding.RND:
-        return _floor_div_pow2(q + half, s)
-    # half to even
     fl = _floor_div_pow2(q, s)
-    rem = q - np.left_shift(fl, s)
-    up = (rem > half) | ((rem == half) & ((fl & 1) == 1))
+    if rounding == Rounding.TRN:
+        return fl
+    # the first dropped bit says "at least half"; adding it after the shift cannot overflow
+    half_bit = np.right_shift(q, s - 1) & 1
+    if rounding == Rounding.RND:
+        return fl + half_bit
+    # half to even: round up past half, or at exactly half when the kept part is odd
+    below = q & ((np.int64(1) << np.int64(s - 1)) - 1) if s > 1 else np.zeros_like(q)
+    up = (half_bit == 1) & ((below != 0) | ((fl & 1) == 1))
     return fl + up.astype(np.int64)
 
 
@@ -49,8 +50,8 @@ def overflow(q: np.ndarray, t: FixedType) -> np.ndarray:
     if t.signed:
         sign = np.int64(1) << np.int64(t.width - 1)
         low = np.where(low >= sign, low - (mask + 1), low)
-    # narrow types never produce qmin-1 by wrapping to the dropped code: clamp that one code
-    return np.maximum(low, t.qmin) if t.narrow else low
+    # narrow types: wrapping can land on the dropped code; clamp that one code
+    return np.clip(low, t.qmin, t.qmax) if t.narrow else low
 
 
 def requantize(q: np.ndarray, frac_in: int, t: FixedType) -> np.ndarray:
@@ -64,15 +65,20 @@ def quantize(x: np.ndarray, t: FixedType) -> np.ndarray:
     if not np.all(np.isfinite(x)):
         raise ValueError("cannot quantize NaN or Inf")
     y = np.ldexp(x, t.frac)
-    if t.rounding == Rounding.TRN:
-        r = np.floor(y)
-    elif t.rounding == Rounding.RND:
-        r = np.floor(y + 0.5)
-    else:
-        r = np.round(y)  # numpy rounds half to even
-    # clip in float first so huge values cannot overflow the int64 conversion
-    r = np.clip(r, -(2.0**62), 2.0**62)
-    return overflow(r.astype(np.int64), t)
+    r = np.floor(y)
+    if t.rounding == Rounding.RND:
+        r = r + (y - r >= 0.5)  # y - floor(y) is exact; floor(y + 0.5) is not
+    elif t.rounding == Rounding.RND_CONV:
+        r = np.round(y)  # numpy rounds half to even, exactly
+    if t.overflow == Overflow.WRAP and t.width < 64:
+        m = 2.0**t.width
+        r = r - m * np.floor(r / m)  # exact: the low W bits, as a float in [0, 2**W)
+    # beyond int64: saturate in float first, then the type's own overflow
+    big = r >= 2.0**63
+    r = np.clip(np.where(big, 0.0, r), -(2.0**63), 2.0**63)
+    q = r.astype(np.int64)
+    q = np.where(big, np.int64(np.iinfo(np.int64).max), q)
+    return overflow(q, t)
 
 
 def to_float(q: np.ndarray, t: FixedType) -> np.ndarray:

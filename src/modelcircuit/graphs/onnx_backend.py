@@ -351,28 +351,37 @@ def run_conformance(cache_dir: str | None = None,
             ok, why = False, f"not run: {info['error']}"
         else:
             ok, why = run_case(os.path.join(root, name))
-        cases.append({"case": name, "op": info["op"], "passed": ok,
+        status = "passed" if ok else why.split(":", 1)[0].split(" ", 1)[0].lower()
+        cases.append({"case": name, "op": info["op"], "passed": ok, "status": status,
                       "reason": why.splitlines()[0] if why else ""})
     per_op: dict[str, dict[str, int]] = {}
     for c in cases:
-        s = per_op.setdefault(c["op"], {"passed": 0, "failed": 0})
-        s["passed" if c["passed"] else "failed"] += 1
+        s = per_op.setdefault(c["op"], dict.fromkeys(STATUSES, 0))
+        s[c["status"]] += 1
     return {"onnx": onnx.__version__, "cases": cases, "ops": per_op}
+
+
+# passed; refused with a GraphError that says why; wrong result; crash (not a GraphError);
+# not run (the case's data could not be cached)
+STATUSES = ("passed", "refused", "wrong", "crash", "not")
 
 
 def format_table(result: dict[str, Any]) -> str:
     """Per-op pass counts, then every failure with its reason."""
-    lines = [f"{'op':<20} {'passed':>6} {'failed':>6} {'rate':>6}"]
-    tp = tf = 0
-    for op in sorted(result["ops"]):
-        s = result["ops"][op]
-        n = s["passed"] + s["failed"]
-        tp, tf = tp + s["passed"], tf + s["failed"]
-        lines.append(f"{op:<20} {s['passed']:>6} {s['failed']:>6} {s['passed'] / n:>6.0%}")
-    lines.append(f"{'total':<20} {tp:>6} {tf:>6} {tp / max(tp + tf, 1):>6.0%}")
+    head = ["cases", *STATUSES[:-1], "not run", "rate"]
+    lines = [f"{'op':<20}" + "".join(f"{h:>8}" for h in head)]
+    tot = dict.fromkeys(STATUSES, 0)
+    rows = [(op, result["ops"][op]) for op in sorted(result["ops"])] + [("total", tot)]
+    for op, s in rows:
+        if op != "total":
+            for k in STATUSES:
+                tot[k] += s[k]
+        n = sum(s.values())
+        lines.append(f"{op:<20}{n:>8}" + "".join(f"{s[k]:>8}" for k in STATUSES)
+                     + f"{s['passed'] / max(n, 1):>8.0%}")
     fails = [c for c in result["cases"] if not c["passed"]]
     if fails:
         lines.append("")
         lines.append("failures:")
-        lines += [f"  {c['op']:<18} {c['case']:<44} {c['reason']}" for c in fails]
+        lines += [f"  {c['op']:<18} {c['case']:<44} {c['reason'][:160]}" for c in fails]
     return "\n".join(lines)

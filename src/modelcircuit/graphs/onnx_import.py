@@ -122,6 +122,9 @@ class _Importer:
             self.visit(node)
         outputs = [self.src(o.name) for o in self.g.output]
         for o in outputs:
+            if o not in self.shapes and o not in self.consts:
+                raise GraphError(f"output {o!r} is not computed by any supported node "
+                                 "(e.g. a Dropout mask or BatchNormalization training outputs)")
             if o in self.consts:
                 raise GraphError(f"output {o!r} is a constant; nothing to compute")
         for name, arr in self.consts.items():
@@ -222,7 +225,7 @@ class _Importer:
             if not np.all(np.isfinite(w)):
                 raise GraphError(f"weight {self.src(x)!r} contains NaN or Inf")
             qmin = (-(2 ** (bits - 1)) + (1 if narrow else 0)) if signed else 0
-            qmax = (2 ** (bits - 1) - 1) if signed else 2 ** bits - 1
+            qmax = (2 ** (bits - 1) - 1) if signed else 2 ** bits - 1 - (1 if narrow else 0)
             y = w / sc + z
             r = {"ROUND": np.round, "FLOOR": np.floor, "CEIL": np.ceil}.get(rounding.upper(), np.round)(y)
             vals = sc * (np.clip(r, qmin, qmax) - z)
@@ -287,6 +290,9 @@ def _gemm(im: _Importer, node: onnx.NodeProto) -> None:
     wn = im.add_const(im.fresh(f"{w}_gemm"), W, im.const_types.get(im.src(w))
                       if a.get("alpha", 1.0) == 1.0 else None)
     inputs = [x, wn]
+    if c and im.const(c).ndim == 2 and im.const(c).shape[0] != 1:
+        raise im.err(node, f"Gemm bias of shape {list(im.const(c).shape)} varies along the "
+                     "batch (dimension 0); only a per-column bias is supported")
     if c:
         C = np.broadcast_to(im.const(c).astype(np.float64) * float(a.get("beta", 1.0)),
                             (1, W.shape[1])).reshape(-1)
@@ -378,6 +384,9 @@ def _softmax(im: _Importer, node: onnx.NodeProto) -> None:
 def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
     x, s, b, m, v = node.input[:5]
     eps = float(_attrs(node).get("epsilon", 1e-5))
+    if _attrs(node).get("training_mode", 0):
+        raise im.err(node, "BatchNormalization with training_mode=1 (batch statistics) is not "
+                     "supported; export the model in inference mode")
     shp = _shape(im, x)
     for nm in (s, b, m, v):
         if not im.is_const(nm):
@@ -407,6 +416,8 @@ def _reshape(im: _Importer, node: onnx.NodeProto) -> None:
     if node.op_type == "Flatten":
         ax = _attrs(node).get("axis", 1)
         ax = ax + len(shp) if ax < 0 else ax
+        if ax == 0:
+            raise im.err(node, "Flatten with axis 0 folds the batch dimension into the sample")
         target = (int(np.prod(shp[:ax])), int(np.prod(shp[ax:])))
     elif node.op_type == "Reshape":
         if not im.is_const(node.input[1]):
@@ -461,6 +472,17 @@ def _identity(im: _Importer, node: onnx.NodeProto) -> None:
     im.shapes[node.output[0]] = _shape(im, node.input[0])
 
 
+def _dropout(im: _Importer, node: onnx.NodeProto) -> None:
+    """Inference Dropout is the identity; training mode (random masks) is refused."""
+    ins = list(node.input) + ["", ""]
+    ratio = float(im.const(ins[1]).reshape(-1)[0]) if ins[1] and im.is_const(ins[1]) else 0.5
+    training = ins[2] and (not im.is_const(ins[2]) or bool(im.const(ins[2]).reshape(-1)[0]))
+    if training and ratio != 0.0:
+        raise im.err(node, "Dropout in training mode (random mask) is not supported; "
+                     "export the model in inference mode")
+    _identity(im, node)
+
+
 def _qdq(im: _Importer, node: onnx.NodeProto) -> None:
     x, s = node.input[:2]
     zp = node.input[2] if len(node.input) > 2 and node.input[2] else None
@@ -496,7 +518,7 @@ _HANDLERS: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "BatchNormalization": _batchnorm,
     "Flatten": _reshape, "Reshape": _reshape, "Squeeze": _reshape, "Unsqueeze": _reshape,
     "Transpose": _transpose,
-    "Identity": _identity, "Dropout": _identity,
+    "Identity": _identity, "Dropout": _dropout,
     "QuantizeLinear": _qdq, "DequantizeLinear": _qdq,
 }
 

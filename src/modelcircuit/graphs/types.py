@@ -32,7 +32,8 @@ class TypeError_(ValueError):
 class FixedType:
     """fixed<W,I> (signed) or ufixed<W,I>: W bits, I integer bits (sign included when signed).
 
-    I may be negative or larger than W. `narrow` drops the most negative code (QONNX narrow).
+    I may be negative or larger than W. `narrow` drops one end code as QONNX's narrow_range:
+    the most negative code of a signed type, the most positive of an unsigned one.
     """
 
     width: int
@@ -62,7 +63,9 @@ class FixedType:
 
     @property
     def qmax(self) -> int:
-        return (1 << (self.width - (1 if self.signed else 0))) - 1
+        # QONNX narrow: signed drops the most negative code, unsigned the most positive
+        top = (1 << (self.width - (1 if self.signed else 0))) - 1
+        return top - (1 if self.narrow and not self.signed else 0)
 
     @property
     def lsb(self) -> float:
