@@ -44,7 +44,21 @@ def run(compiled: CompiledGraph, x: np.ndarray, backend: str = "golden", trace: 
         raise GraphError(f"input of shape {list(x.shape)} does not match the model's per-sample "
                          f"shape {list(shp)}")
     if backend != "golden":
-        raise GraphError(f"backend {backend!r} is not built yet")
+        if trace:
+            raise GraphError("trace=True is only available on the golden backend")
+        feeds = reference.quantize_inputs(g, [x])
+        if backend == "rtl":
+            from .sim.rtl import execute as rtl_execute
+
+            res = rtl_execute(compiled, feeds[0])
+            out = res["outputs"] if isinstance(res, dict) and "outputs" in res else res
+            out = out[g.outputs[0]] if isinstance(out, dict) else out
+        else:
+            from .gpu_backend import execute as gpu_execute
+
+            out = gpu_execute(compiled, feeds, emulate=(backend == "gpu-emu"))[g.outputs[0]]
+        out = np.asarray(out)
+        return out if codes else reference.to_values(g, g.outputs[0], out)
     env = reference.execute(g, [x], trace=trace)
     if trace:
         return env if codes else {k: reference.to_values(g, k, v) if k in g.tensors else v

@@ -47,6 +47,9 @@ def manifest(compiled: CompiledGraph, target: str, extra: dict[str, Any] | None 
         "versions": tool_versions(),
         "passes": [name for name, _ms, _n in compiled.pass_log],
         "cost": {"nodes": [r.to_json() for r in rows], "total": totals(rows)},
+        "memory": {k: compiled.extra["memory_plan"][k]
+                   for k in ("arena_bytes_per_sample", "naive_bytes_per_sample")},
+        "streams": compiled.extra["streams"]["streams"],
         **(extra or {}),
     }
 

@@ -112,12 +112,14 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
         graph, manifest = load_artifact_graph(p)
         info = {"graph_id": manifest.get("graph_id"), "profile": manifest.get("options", {}).get("profile"),
-                "hdl": manifest.get("hdl"), "gpu": manifest.get("gpu")}
+                "hdl": manifest.get("hdl"), "gpu": manifest.get("gpu"), "memory": manifest.get("memory")}
     else:
         a.model = str(p)
         c = compile_from_args(a)
         graph = c.graph
-        info = {"graph_id": c.graph_id, "profile": c.profile, "hdl": None, "gpu": None}
+        mem = c.extra["memory_plan"]
+        info = {"graph_id": c.graph_id, "profile": c.profile, "hdl": None, "gpu": None,
+                "memory": {k: mem[k] for k in ("arena_bytes_per_sample", "naive_bytes_per_sample")}}
     report = inspect_rows(graph, info)
     if a.html:
         Path(a.html).write_text(render_html(report))

@@ -27,7 +27,7 @@ def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
         acts = g.activations(n)
         layer = hdl_layers.get(n.name, {})
         rows.append({
-            "node": n.name, "op": n.op + (("+relu" if n.get("relu") else "")),
+            "node": n.name, "op": n.op + ("+relu" if n.get("relu") else ""),
             "in_shape": list(g.tensor(acts[0]).shape) if acts else [],
             "out_shape": list(g.tensor(n.outputs[0]).shape),
             "in_type": str(g.tensor(acts[0]).dtype) if acts else "",
@@ -45,6 +45,8 @@ def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
              "predicted_us": "-" if tot["predicted_s"] is None else round(tot["predicted_s"] * 1e6, 4)}
     out = {"model": g.name, "graph_id": info.get("graph_id"), "profile": info.get("profile"),
            "columns": COLUMNS, "nodes": rows, "total": total}
+    if info.get("memory"):
+        out["memory"] = info["memory"]
     if info.get("gpu"):
         out["gpu"] = info["gpu"]
     if info.get("hdl"):
@@ -60,7 +62,15 @@ def render_text(r: dict[str, Any]) -> str:
     line = lambda cells: "  ".join(s.ljust(w) if i < 2 else s.rjust(w)  # noqa: E731
                                    for i, (s, w) in enumerate(zip(cells, widths, strict=True)))
     head = [f"model {r['model']}  graph id {r['graph_id']}" + (f"  profile {r['profile']}" if r["profile"] else "")]
-    return "\n".join(head + [line(cols)] + [line(t) for t in table])
+    tail = []
+    if r.get("memory"):
+        m = r["memory"]
+        tail.append(f"GPU arena {m['arena_bytes_per_sample']} B/sample (naive sum of tensors "
+                    f"{m['naive_bytes_per_sample']} B/sample)")
+    if r.get("hdl"):
+        h = r["hdl"]
+        tail.append(f"circuit latency {h.get('latency')} cycles, II {h.get('ii')}")
+    return "\n".join(head + [line(cols)] + [line(t) for t in table] + tail)
 
 
 def render_html(r: dict[str, Any]) -> str:

@@ -90,3 +90,19 @@ def align(q: np.ndarray, frac_in: int, frac_out: int) -> np.ndarray:
     """Exact shift of codes to more fractional bits (frac_out >= frac_in)."""
     assert frac_out >= frac_in, "align only adds fractional bits"
     return np.left_shift(np.asarray(q, dtype=np.int64), frac_out - frac_in)
+
+
+def requantize_f64(v: np.ndarray, frac_in: int, t: FixedType) -> np.ndarray:
+    """requantize() for integer-valued float64 codes under 2**53 (the golden model's BLAS
+    path): scaling by a power of two, floor and round are exact there, so the result is
+    identical to the int64 version."""
+    y = v * (2.0 ** (t.frac - frac_in))  # exact: a power of two
+    r = np.floor(y)
+    if t.rounding == Rounding.RND:
+        r += (y - r) >= 0.5
+    elif t.rounding == Rounding.RND_CONV:
+        r = np.round(y)
+    if t.overflow == Overflow.SAT:
+        np.clip(r, t.qmin, t.qmax, out=r)
+        return r.astype(np.int64)
+    return overflow(r.astype(np.int64), t)

@@ -325,14 +325,7 @@ def _binary(im: _Importer, node: onnx.NodeProto) -> None:
     a, b = node.input
     ca, cb = im.is_const(a), im.is_const(b)
     if not ca and not cb:
-        if op not in ("Add", "Sub"):
-            raise im.err(node, f"{op} of two activations is not supported (only by constants)")
-        sa, sb = _shape(im, a), _shape(im, b)
-        if sa != sb:
-            raise im.err(node, f"{op} of shapes {list(sa)} and {list(sb)}: broadcasting between "
-                         "activations is not supported")
-        im.emit(node, op, [a, b], node.output[0], sa)
-        return
+        return _binary_activations(im, node)
     x, c = (b, a) if ca else (a, b)
     shp = _shape(im, x)
     cv = _bcast_shape(im, node, shp, im.const(c))
@@ -353,6 +346,28 @@ def _binary(im: _Importer, node: onnx.NodeProto) -> None:
         if np.any(cv == 0):
             raise im.err(node, "division by a constant that contains zero")
         im.emit(node, "Mul", [x, im.add_const(im.fresh(c), 1.0 / cv)], node.output[0], shp)
+
+
+def _binary_activations(im: _Importer, node: onnx.NodeProto) -> None:
+    """Add/Sub/Mul/Div of two activations, with numpy broadcasting of the per-sample shapes.
+
+    Both operands carry the batch as their first dimension, so they must have the same rank:
+    broadcasting a lower-rank operand would align its batch with a per-sample dimension of
+    the other. Div of two activations is its own IR op (float only; refused in fixed point
+    at compile time, as is broadcasting between activations)."""
+    op = node.op_type
+    a, b = node.input
+    sa, sb = _shape(im, a), _shape(im, b)
+    if len(sa) != len(sb):
+        raise im.err(node, f"{op} of activations of ranks {len(sa) + 1} and {len(sb) + 1} "
+                     "would broadcast the batch dimension (both operands must have the "
+                     "batch as their first dimension)")
+    try:
+        out = tuple(int(d) for d in np.broadcast_shapes(sa, sb))
+    except ValueError:
+        raise im.err(node, f"{op} of per-sample shapes {list(sa)} and {list(sb)}: shapes do "
+                     "not broadcast") from None
+    im.emit(node, op, [a, b], node.output[0], out)
 
 
 def _unary(op: str, **fixed: Any) -> Callable[[_Importer, onnx.NodeProto], None]:

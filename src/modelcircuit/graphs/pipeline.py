@@ -21,8 +21,10 @@ from .passes.accumulators import accumulator_types
 from .passes.canonicalize import fold_batchnorm, fold_requant, fuse_bias
 from .passes.constants import quantize_constants
 from .passes.fuse import fuse_dense_relu
+from .passes.memory_plan import memory_plan
 from .passes.precision import assign_types
 from .passes.schedule import schedule
+from .passes.streams import assign_streams
 from .passes.tables import DEFAULT_TABLE_BITS, build_tables
 from .passes.thresholds import float_chains_to_thresholds
 from .types import FLOAT32, FixedType, NumType, Rounding, parse_type
@@ -55,6 +57,14 @@ def passes(precision: NumType | None, per_layer: Mapping[str, Any] | None,
         ("build_tables", partial(build_tables, table_bits=table_bits)),
         ("schedule", schedule),
     ]
+
+
+# Analyses of the final graph: data for the backends (the GPU arena and streams), computed
+# once at compile time and kept in CompiledGraph.extra.
+PLANS: list[tuple[str, Callable[[Graph], dict[str, Any]]]] = [
+    ("memory_plan", memory_plan),
+    ("streams", assign_streams),
+]
 
 
 def _run_passes(graph: Graph, plist: list[tuple[str, Pass]]) -> tuple[Graph, list]:
@@ -110,4 +120,5 @@ def compile_graph(graph: Graph, precision: str | NumType | None = None,
     if ranges is not None:
         options["calibration_sha256"] = __import__("hashlib").sha256(
             np.ascontiguousarray(calibrate, dtype=np.float32).tobytes()).hexdigest()
-    return CompiledGraph(g, options, tuple(log), graph_id(g, options), profile)
+    extra = {name: fn(g) for name, fn in PLANS}
+    return CompiledGraph(g, options, tuple(log), graph_id(g, options), profile, extra)

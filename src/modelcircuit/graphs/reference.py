@@ -77,6 +77,19 @@ def dense(g: Graph, node: Node, ins: list[Array]) -> Array:
     xq, tx = _as_codes(g, node.inputs[0], x)
     tw = _t(g, wn)
     acc_t = _accumulator(g, node)
+    out_t = _out(g, node)
+    if acc_t.width <= 53 and out_t.width <= 53:
+        # Fast path, same numbers: every partial sum and the aligned bias are integers under
+        # 2**53, so float64 BLAS and float64 rounding are exact (fixed.requantize_f64).
+        acc_f = x.astype(np.float64) @ _const(g, wn).astype(np.float64)
+        frac = tx.frac + tw.frac
+        if bn:
+            tb = _t(g, bn)
+            f = max(frac, tb.frac)
+            acc_f = acc_f * 2.0 ** (f - frac) + _const(g, bn).astype(np.float64) * 2.0 ** (f - tb.frac)
+            frac = f
+        y = fx.requantize_f64(acc_f, frac, out_t)
+        return np.maximum(y, 0) if relu else y
     acc = exact_matmul(xq, _const(g, wn), acc_t.width)
     frac = tx.frac + tw.frac
     if bn:
@@ -118,12 +131,29 @@ def sub(g: Graph, node: Node, ins: list[Array]) -> Array:
     return add(g, node, ins, sign=-1)
 
 
+def _second(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """The second operand of a binary op: a constant, or the second activation."""
+    name = node.inputs[1]
+    return _const(g, name) if g.is_const(name) else ins[1]
+
+
 def mul(g: Graph, node: Node, ins: list[Array]) -> Array:
-    c = _const(g, node.inputs[1])
+    """x * c (a constant) or x * y (two activations, numpy broadcasting per sample).
+    Fixed point: the exact product of the codes at frac_x + frac_y, then one requantization."""
+    b = _second(g, node, ins)
     if not _is_fixed(g, node):
-        return _f32(_f32(ins[0]) * _f32(c))
+        return _f32(_f32(ins[0]) * _f32(b))
     tx, tc = _t(g, node.inputs[0]), _t(g, node.inputs[1])
-    return _finish(g, node, ins[0].astype(np.int64) * c.astype(np.int64), tx.frac + tc.frac)
+    return _finish(g, node, ins[0].astype(np.int64) * b.astype(np.int64), tx.frac + tc.frac)
+
+
+def div(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """x / y of two activations, float32 (as ONNX: IEEE division, x/0 = ±inf, 0/0 = nan).
+    Fixed point has no Div: the compiler refuses it (passes/accumulators.py)."""
+    if _is_fixed(g, node):
+        raise GraphError(f"node {node.name} (Div): division of two activations is float only")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _f32(_f32(ins[0]) / _f32(_second(g, node, ins)))
 
 
 def relu(g: Graph, node: Node, ins: list[Array]) -> Array:
@@ -245,7 +275,7 @@ def transpose(g: Graph, node: Node, ins: list[Array]) -> Array:
 
 
 OPS: dict[str, OpFn] = {
-    "Dense": dense, "Add": add, "Sub": sub, "Mul": mul, "Relu": relu, "LeakyRelu": leaky_relu,
+    "Dense": dense, "Add": add, "Sub": sub, "Mul": mul, "Div": div, "Relu": relu, "LeakyRelu": leaky_relu,
     "Lut": lut, "Softmax": softmax, "Threshold": threshold, "Requant": requant,
     "Bipolar": bipolar, "BatchNorm": batchnorm, "Reshape": reshape, "Transpose": transpose,
 }

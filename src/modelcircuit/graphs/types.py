@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Rounding(str, Enum):
+class Rounding(StrEnum):
     """How bits below the new binary point are dropped."""
 
     TRN = "TRN"  # toward -inf (floor): free in hardware, the default
@@ -19,7 +19,7 @@ class Rounding(str, Enum):
     RND_CONV = "RND_CONV"  # half to even: QONNX's ROUND, numpy's round
 
 
-class Overflow(str, Enum):
+class Overflow(StrEnum):
     SAT = "SAT"  # clamp to the type's range
     WRAP = "WRAP"  # keep the low W bits (two's complement wrap)
 

@@ -9,7 +9,6 @@ The result equals the float model's execution exactly, by construction.
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper

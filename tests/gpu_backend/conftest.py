@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import modelcircuit as mc
+
+MODELS = Path(__file__).parents[2].parent / "shared" / "models"
+DIGITS = Path(__file__).parents[2] / "src" / "modelcircuit" / "data" / "digits_mlp.onnx"
+
+# (model file, precision) pairs that gpu-emu must match bit for bit
+FIXED_CASES = [
+    ("three_layer_keras", "fixed<16,6>"), ("three_layer_keras", "fixed<8,3>"),
+    ("three_layer_pytorch", "fixed<16,6>"), ("three_layer_pytorch", "fixed<8,3>"),
+    ("two_layer_keras", "fixed<16,6>"), ("two_layer_keras", "fixed<8,3>"),
+    ("qkeras_jettagging", None), ("TFC_2W2A", None),
+]
+FLOAT_CASES = ["three_layer_keras", "three_layer_pytorch", "two_layer_keras"]
+
+
+def model_path(name: str) -> Path:
+    if name == "digits_mlp":
+        if not DIGITS.exists():
+            pytest.skip(f"digits model not built yet ({DIGITS})")
+        return DIGITS
+    p = MODELS / f"{name}.onnx"
+    if not p.exists():
+        pytest.skip(f"shared models absent ({MODELS})")
+    return p
+
+
+@cache
+def compiled(name: str, precision: str | None):
+    return mc.compile(mc.load_onnx(str(model_path(name))), precision=precision)
+
+
+def sample_inputs(g, n: int, seed: int = 0) -> list[np.ndarray]:
+    """Float inputs: normal values, wide values that saturate, and exact zeros."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for name in g.inputs:
+        shp = g.tensor(name).shape
+        x = rng.normal(0.0, 1.5, size=(n,) + shp)
+        x[: n // 8] *= 40.0  # saturate the input type
+        x[n // 8: n // 8 + 2] = 0.0
+        out.append(x)
+    return out
+
+
+@cache
+def have_gpu() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if have_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,122 @@
+"""Every lowered op, every rounding and overflow mode, on a hand-built graph: gpu-emu equals
+the golden model bit for bit (and the float path within float32 rounding)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from modelcircuit import gpu_backend as gb
+from modelcircuit.graphs import reference
+from modelcircuit.graphs.ir import Graph, GraphError, Node, Tensor
+from modelcircuit.graphs.pipeline import CompiledGraph
+from modelcircuit.graphs.types import FLOAT32, parse_type
+
+from .conftest import compiled
+
+REQUANT_TYPES = ["fixed<6,2,RND_CONV,WRAP>", "ufixed<5,1,RND,SAT>", "fixed<7,3,TRN,WRAP,NARROW>",
+                 "fixed<4,6,RND,SAT>", "fixed<12,-1,RND_CONV,SAT>", "ufixed<3,3,TRN,WRAP>",
+                 "fixed<9,9,RND,WRAP>", "fixed<2,2,RND_CONV,SAT,NARROW>"]
+
+
+def _graph(rt: str) -> Graph:
+    T = parse_type
+    types = {"x": "fixed<12,4>", "xt": "fixed<12,4>", "xr": "fixed<12,4>", "r1": rt,
+             "s1": "fixed<10,3,RND,WRAP>", "s2": "fixed<9,4>", "m1": "fixed<8,3,RND_CONV,SAT>",
+             "l1": "fixed<10,4,RND>", "rl": "fixed<6,2,TRN,WRAP>", "lt": "fixed<8,1>",
+             "bp": "fixed<2,2>", "c": "fixed<8,3>", "k": "fixed<8,2>", "alpha": "fixed<8,0>",
+             "table": "fixed<8,1>"}
+    shapes = {"x": (2, 3), "xt": (3, 2), "k": (), "alpha": (1,), "table": (64,)}
+    rng = np.random.default_rng(7)
+    consts = {"c": rng.integers(-128, 128, 6), "k": np.array(-97), "alpha": np.array([26]),
+              "table": rng.integers(-128, 128, 64)}
+    nodes = (
+        Node.make("tr", "Transpose", ["x"], ["xt"], perm=[1, 0]),
+        Node.make("rs", "Reshape", ["xt"], ["xr"], shape=[6]),
+        Node.make("rq", "Requant", ["xr"], ["r1"]),
+        Node.make("add", "Add", ["r1", "xr"], ["s1"]),
+        Node.make("sub", "Sub", ["s1", "c"], ["s2"]),
+        Node.make("mul", "Mul", ["s2", "k"], ["m1"]),
+        Node.make("lk", "LeakyRelu", ["m1", "alpha"], ["l1"], alpha=0.1),
+        Node.make("relu", "Relu", ["l1"], ["rl"]),
+        Node.make("lut", "Lut", ["m1", "table"], ["lt"], func="sigmoid", lo=-128, shift=2,
+                  size=64),
+        Node.make("bip", "Bipolar", ["s1"], ["bp"]),
+    )
+    tensors = {n: Tensor(n, shapes.get(n, (6,)), T(t)) for n, t in types.items()}
+    return Graph("ops", ("x",), ("rl", "lt", "bp", "s2"), nodes, tensors,
+                 {k: np.asarray(v, np.int64) for k, v in consts.items()})
+
+
+def _compiled(g: Graph) -> CompiledGraph:
+    return CompiledGraph(g, {}, (), f"test-{g.name}")
+
+
+@pytest.mark.parametrize("rt", REQUANT_TYPES)
+def test_every_op_bit_exact(rt):
+    g = _graph(rt)
+    t = g.tensor("x").dtype
+    rng = np.random.default_rng(1)
+    x = rng.integers(t.qmin, t.qmax + 1, size=(500, 2, 3))
+    x[0], x[1], x[2], x[3] = t.qmin, t.qmax, 0, -1
+    want = reference.execute(g, [x], inputs_are_codes=True)
+    got = gb.execute(_compiled(g), [x], emulate=True)
+    for o in g.outputs:
+        np.testing.assert_array_equal(got[o], want[o], err_msg=o)
+
+
+def test_float_ops_match_reference():
+    g = _graph("fixed<6,2>")
+    ts = {k: Tensor(v.name, v.shape, FLOAT32) for k, v in g.tensors.items()}
+    consts = {"c": np.linspace(-2, 2, 6), "k": np.array(-0.75)}
+    nodes = tuple(n for n in g.nodes if n.op not in ("Requant", "Lut"))
+    nodes = (Node.make("rq", "Requant", ["xr"], ["r1"], quant_type="fixed<6,2,RND_CONV,SAT>"),
+             *nodes[:2], *nodes[2:], Node.make("lut", "Lut", ["m1"], ["lt"], func="tanh"))
+    nodes = tuple(sorted(nodes, key=lambda n: [m.name for m in g.nodes].index(n.name)))
+    nodes = tuple(Node.make("lk", "LeakyRelu", ["m1"], ["l1"], alpha=0.1) if n.name == "lk"
+                  else n for n in nodes)
+    fg = g.replace(tensors=ts, constants=consts, nodes=nodes)
+    x = np.random.default_rng(2).normal(0, 3, size=(300, 2, 3)).astype(np.float32)
+    want = reference.execute(fg, [x], inputs_are_codes=True)
+    got = gb.execute(_compiled(fg), [x], emulate=True)
+    for o in fg.outputs:
+        np.testing.assert_allclose(got[o], want[o], rtol=1e-6, atol=1e-6, err_msg=o)
+
+
+def test_unsupported_op_names_op_node_and_list():
+    g = _graph("fixed<6,2>")
+    bad = tuple(Node.make("weird", "Conv", list(n.inputs), list(n.outputs))
+                if n.name == "relu" else n for n in g.nodes)
+    with pytest.raises(gb.GpuError, match=r"node weird: op Conv has no GPU kernel; supported: .*Dense"):
+        gb.generate(g.replace(nodes=bad))
+    with pytest.raises(GraphError):  # GpuError and GraphError are both ValueErrors (exit 2)
+        raise GraphError("x")
+
+
+def test_artifact_is_deterministic(tmp_path):
+    c = compiled("qkeras_jettagging", None)
+    p1 = gb.write_artifact(c, tmp_path / "a")
+    gb.program.__globals__["_PROGRAMS"].clear()
+    p2 = gb.write_artifact(c, tmp_path / "b")
+    assert p1 == p2
+    for f in ("kernels.cu", "plan.json", "weights.bin", "emu_shim.h"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    plan = json.loads((tmp_path / "a" / "plan.json").read_text())
+    assert plan["graph_id"] == c.graph_id
+    assert plan["memory"]["arena_bytes_per_sample"] <= plan["memory"]["naive_bytes_per_sample"]
+    assert [x["kernel"] for x in plan["launches"]] == [k.kname for k in gb.program(c).kernels]
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(gb.GpuError, match="is a file"):
+        gb.write_artifact(c, f)
+
+
+def test_templates_are_strict():
+    import jinja2
+
+    from modelcircuit.gpu_backend.codegen import render
+
+    with pytest.raises(jinja2.UndefinedError):
+        render("threshold.cu.j2", kname="k", node="n", params=[])
