@@ -186,3 +186,15 @@ def test_profiles_lists_gpu_and_fpga():
     for name in ("h200", "h100-sxm", "a100-80g", "a100-40g", "l4", "ice40-up5k", "ecp5-25k",
                  "ecp5-45k", "ecp5-85k", "xczu3eg"):
         assert name in r.stdout
+
+
+def test_compile_target_gpu_writes_kernels_deterministically(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        r = mc("compile", "--target", "gpu", "--precision", "fixed<12,4>", "--out", str(d))
+        assert r.returncode == 0, r.stderr
+    for f in ("kernels.cu", "plan.json", "weights.bin"):
+        assert filecmp.cmp(a / "gpu" / f, b / "gpu" / f, shallow=False), f
+    assert "__global__" in (a / "gpu" / "kernels.cu").read_text()
+    m = json.loads((a / "manifest.json").read_text())
+    assert 0 < m["memory"]["arena_bytes_per_sample"] <= m["memory"]["naive_bytes_per_sample"]
