@@ -12,7 +12,7 @@ from .graphs.ir import Graph
 from .graphs.profiles import get_profile
 
 COLUMNS = ["node", "op", "in_shape", "out_shape", "out_type", "flops", "bytes", "multipliers",
-           "cycles", "predicted_us"]
+           "reuse", "cycles", "predicted_us"]
 
 
 def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
@@ -33,14 +33,15 @@ def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
             "in_type": str(g.tensor(acts[0]).dtype) if acts else "",
             "out_type": str(g.tensor(n.outputs[0]).dtype),
             "acc_type": n.get("acc", ""),
-            "flops": c.flops, "bytes": c.bytes, "multipliers": c.multipliers,
+            "flops": c.flops, "bytes": c.bytes,
+            "multipliers": layer.get("multipliers", c.multipliers),
             "shifts": c.shifts, "zero_weights": c.zero_weights,
             "cycles": layer.get("latency", "-"), "reuse": layer.get("reuse", "-"),
             "predicted_us": "-" if c.predicted_s is None else round(c.predicted_s * 1e6, 4),
         })
     tot = totals(costs)
     total = {"node": "total", "flops": tot["flops"], "bytes": tot["bytes"],
-             "multipliers": tot["multipliers"],
+             "multipliers": sum(r["multipliers"] for r in rows),
              "cycles": (info.get("hdl") or {}).get("latency", "-"),
              "predicted_us": "-" if tot["predicted_s"] is None else round(tot["predicted_s"] * 1e6, 4)}
     out = {"model": g.name, "graph_id": info.get("graph_id"), "profile": info.get("profile"),

@@ -1,0 +1,96 @@
+"""HDL backend benchmark: per reuse factor, the schedule and the size of the circuit.
+
+For each model and R: latency (cycles), II, real multipliers (zero weights and powers of two
+excluded), register bits (flip-flops in the RTLIL netlist), Verilog lines, and the time to
+lower and convert (Amaranth elaboration + builtin yosys). With --sim, also checks a few
+vectors bit-exact in amaranth.sim and reports the simulated latency.
+Prints a table and writes JSON (bench/results/hdl.json by default).
+Run: .venv/bin/python bench/hdl.py [--reuse 1,2,4,8] [--model jet|digits|all] [--sim] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+import modelcircuit as mc
+from modelcircuit.graphs import reference
+from modelcircuit.hdl import build_top, export_verilog
+from modelcircuit.hdl.simulate import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = {
+    "jet": ROOT.parent / "shared" / "models" / "three_layer_keras.onnx",
+    "digits": Path(str(resources.files("modelcircuit") / "data" / "digits_mlp.onnx")),
+}
+
+
+def sim_check(c: mc.CompiledGraph, reuse: int, n: int = 4) -> dict:
+    g = c.graph
+    t = g.tensor(g.inputs[0]).dtype
+    x = np.random.default_rng(0).integers(t.qmin, t.qmax + 1, size=(n, g.tensor(g.inputs[0]).size))
+    top, info = build_top(c, reuse)
+    t0 = time.perf_counter()
+    res = simulate(top, info, x)
+    want = reference.execute(g, [x], inputs_are_codes=True)[g.outputs[0]].reshape(n, -1)
+    return {"sim_bit_exact": bool((res.outputs == want).all()),
+            "sim_latency": res.delivered[0] - res.accepted[0],
+            "sim_ii": int(np.diff(res.accepted).min()) if n > 1 else None,
+            "sim_s": round(time.perf_counter() - t0, 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reuse", default="1,2,4,8")
+    ap.add_argument("--model", default="jet", choices=["jet", "digits", "all"])
+    ap.add_argument("--precision", default="fixed<16,6>")
+    ap.add_argument("--sim", action="store_true")
+    ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "hdl.json"))
+    a = ap.parse_args()
+    rows = []
+    models = list(MODELS) if a.model == "all" else [a.model]
+    hdr = f"{'model':8} {'R':>3} {'latency':>7} {'II':>3} {'mults':>6} {'reg bits':>8} " \
+          f"{'v lines':>8} {'compile s':>9}"
+    print(hdr)
+    print("-" * len(hdr))
+    for name in models:
+        if not MODELS[name].exists():
+            print(f"{name}: model missing, skipped")
+            continue
+        c = mc.compile(mc.load_onnx(str(MODELS[name])), precision=a.precision)
+        for r in [int(v) for v in a.reuse.split(",")]:
+            with tempfile.TemporaryDirectory() as d:
+                t0 = time.perf_counter()
+                info = export_verilog(c, d, reuse=r)
+                dt = time.perf_counter() - t0
+            row = {"model": name, "precision": a.precision, "reuse": r,
+                   "latency": info["latency"], "ii": info["ii"],
+                   "multipliers": info["multipliers"], "shifts": info["shifts"],
+                   "register_bits": info["register_bits"], "verilog_lines": info["verilog_lines"],
+                   "compile_s": round(dt, 2),
+                   "layers": [{k: lay[k] for k in ("node", "op", "latency", "ii", "reuse",
+                                                   "multipliers")} for lay in info["layers"]]}
+            if a.sim:
+                row.update(sim_check(c, r))
+            rows.append(row)
+            print(f"{name:8} {r:>3} {row['latency']:>7} {row['ii']:>3} {row['multipliers']:>6} "
+                  f"{row['register_bits']:>8} {row['verilog_lines']:>8} {dt:>9.1f}"
+                  + (f"  sim: exact={row['sim_bit_exact']} lat={row['sim_latency']}"
+                     if a.sim else ""))
+            sys.stdout.flush()
+    out = Path(a.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Verilog and RTLIL export through Amaranth's builtin (wasm) yosys: same model and options,
+byte-identical files. Nothing is written unless every file could be produced."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..graphs.pipeline import CompiledGraph
+from .arith import HdlError
+from .names import check_top_name
+from .top import DEFAULT_ADDER_LEVELS, build_top
+
+_FF = re.compile(r"cell \$(?:a?dffe?|sdffe?|aldffe?|dffsre?) .*?\n(.*?)\n\s*end\n", re.S)
+_WIDTH = re.compile(r"parameter \\WIDTH (\d+)")
+
+
+def register_bits(rtlil_text: str) -> int:
+    """Flip-flop bits of an RTLIL netlist (memory read registers included)."""
+    bits = 0
+    for body in _FF.findall(rtlil_text):
+        m = _WIDTH.search(body)
+        bits += int(m.group(1)) if m else 0
+    for body in re.findall(r"cell \$memrd_v2 .*?\n(.*?)\n\s*end\n", rtlil_text, re.S):
+        if re.search(r"parameter \\CLK_ENABLE 1'1|parameter \\CLK_ENABLE 1\b", body):
+            m = re.search(r"parameter \\WIDTH (\d+)", body)
+            bits += int(m.group(1)) if m else 0
+    return bits
+
+
+def convert(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str | None = None,
+            top_name: str = "top", adder_levels: int = DEFAULT_ADDER_LEVELS
+            ) -> tuple[str, str, dict[str, Any]]:
+    """(verilog text, rtlil text, info) in memory."""
+    from amaranth.back import rtlil, verilog
+
+    check_top_name(top_name)
+    os.environ["AMARANTH_USE_YOSYS"] = "builtin"
+    t0 = time.perf_counter()
+    top, info = build_top(compiled, reuse, adder_levels)
+    il = rtlil.convert(top, name=top_name, emit_src=False)
+    to_verilog = getattr(verilog, "_convert_rtlil_text", None)
+    if to_verilog is not None:  # what verilog.convert does, without elaborating twice
+        v = to_verilog(il)
+    else:
+        top, _ = build_top(compiled, reuse, adder_levels)
+        v = verilog.convert(top, name=top_name, emit_src=False)
+    info = {"top": top_name, **info, "adder_levels": adder_levels,
+            "register_bits": register_bits(il), "verilog_lines": v.count("\n"),
+            "files": {"verilog": f"{top_name}.v", "rtlil": f"{top_name}.il",
+                      "json": f"{top_name}.json"},
+            "graph_id": compiled.graph_id}
+    info["_convert_s"] = time.perf_counter() - t0
+    return v, il, info
+
+
+def export_verilog(compiled: CompiledGraph, out_dir: str | os.PathLike[str],
+                   reuse: int | Mapping[str, int] | str | None = None, top_name: str = "top",
+                   adder_levels: int = DEFAULT_ADDER_LEVELS) -> dict[str, Any]:
+    """Write <top>.v, <top>.il and <top>.json (ports, packing, latency, II) into out_dir.
+    Returns the JSON's content (plus `convert_s`, the conversion time, not written)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise HdlError(f"output path {str(out)!r} is a file, not a directory")
+    v, il, info = convert(compiled, reuse, top_name, adder_levels)
+    elapsed = info.pop("_convert_s")
+    files = {f"{top_name}.v": v, f"{top_name}.il": il,
+             f"{top_name}.json": json.dumps(info, indent=2, sort_keys=True) + "\n"}
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.")
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary files
+        os.replace(tmp, out / name)
+    return {**info, "convert_s": elapsed}

@@ -1,0 +1,141 @@
+"""Units other than Dense: element-wise ops, lookup tables, Softmax, pure wiring."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from amaranth.hdl import Module, Mux, Value
+from amaranth.lib.memory import Memory
+
+from ..graphs.types import FixedType
+from .arith import fit, requantize, shape_of, table_index
+from .unit import Unit
+
+ElemFn = Callable[[list[list[Value]]], list[Value]]
+
+
+class Elementwise(Unit):
+    """Any per-element function of the input vectors, then one output register."""
+
+    def __init__(self, ins: Sequence[tuple[FixedType, int]], out: tuple[FixedType, int],
+                 fn: ElemFn, multipliers: int = 0):
+        super().__init__(ins, out)
+        self.fn = fn
+        self.latency = 1
+        self.multipliers = multipliers
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        self.out_regs(m, self.fn([self.inputs(k) for k in range(len(self.in_specs))]))
+        return m
+
+
+class Wiring(Unit):
+    """Reshape / Transpose: y[i] = x[perm[i]], no logic, latency 0."""
+
+    def __init__(self, t: FixedType, perm: Sequence[int]):
+        super().__init__([(t, len(perm))], (t, len(perm)))
+        self.perm = [int(p) for p in perm]
+        self.latency = 0
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        x = self.inputs()
+        self.drive_y(m, [x[p] for p in self.perm])
+        return m
+
+
+def _rom(m: Module, name: str, table: np.ndarray, t: FixedType) -> Memory:
+    mem = Memory(shape=shape_of(t), depth=len(table), init=[int(v) for v in table])
+    m.submodules[name] = mem
+    return mem
+
+
+def _read(m: Module, mem: Memory, addr: Value, en: Value) -> Value:
+    """A synchronous read port: the table output is the stage register."""
+    rp = mem.read_port(domain="sync")
+    m.d.comb += [rp.addr.eq(addr), rp.en.eq(en)]
+    return rp.data
+
+
+class Lut(Unit):
+    """Table activation: out = table[table_index(x)] (reference.lut); one ROM, one read
+    port per element, latency 1 (the ROM's output register)."""
+
+    def __init__(self, tin: FixedType, n: int, tout: FixedType, table: np.ndarray, lo: int,
+                 shift: int):
+        super().__init__([(tin, n)], (tout, n))
+        self.table, self.lo, self.shift = np.asarray(table, dtype=np.int64), int(lo), int(shift)
+        self.latency = 1
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        mem = _rom(m, "table", self.table, self.out_spec[0])
+        self.drive_y(m, [_read(m, mem, table_index(q, self.lo, self.shift, len(self.table)),
+                               self.en) for q in self.inputs()])
+        return m
+
+
+class Softmax(Unit):
+    """reference.softmax in four stages:
+    1. d = x - max(x), exp index            -> register
+    2. e = exp_table[index]                  (ROM output register)
+    3. s = sum(e), reciprocal index -> r = recip_table[...] (ROM output register), e delayed
+    4. requantize(e * r) to the output type  -> register
+    """
+
+    def __init__(self, tin: FixedType, n: int, tout: FixedType, exp_table: np.ndarray,
+                 exp_t: FixedType, exp_lo: int, exp_shift: int, recip_table: np.ndarray,
+                 recip_t: FixedType, recip_lo: int, recip_shift: int):
+        super().__init__([(tin, n)], (tout, n))
+        self.n = n
+        self.exp = (np.asarray(exp_table, dtype=np.int64), exp_t, int(exp_lo), int(exp_shift))
+        self.rec = (np.asarray(recip_table, dtype=np.int64), recip_t, int(recip_lo),
+                    int(recip_shift))
+        self.latency = 4
+        self.multipliers = n
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        etab, et, elo, esh = self.exp
+        rtab, rt, rlo, rsh = self.rec
+        x = self.inputs()
+        mx = _max_tree(x)
+        idx = self.regs(m, [table_index(q - mx, elo, esh, len(etab)) for q in x], "ei")
+        emem = _rom(m, "exp_table", etab, et)
+        e = [_read(m, emem, a, self.en) for a in idx]
+        s = sum(e[1:], Value.cast(e[0]))
+        rmem = _rom(m, "recip_table", rtab, rt)
+        r = _read(m, rmem, table_index(s, rlo, rsh, len(rtab)), self.en)
+        e3 = self.regs(m, e, "e")
+        self.out_regs(m, [requantize(v * r, et.frac + rt.frac, self.out_spec[0]) for v in e3])
+        return m
+
+
+def _max_tree(xs: list[Value]) -> Value:
+    while len(xs) > 1:
+        xs = [Mux(xs[i] >= xs[i + 1], xs[i], xs[i + 1]) if i + 1 < len(xs) else xs[i]
+              for i in range(0, len(xs), 2)]
+    return xs[0]
+
+
+def threshold_fn(thr: np.ndarray, steps: np.ndarray, base: np.ndarray, tout: FixedType
+                 ) -> ElemFn:
+    """reference.threshold: out[c] = base[c] + sum_k steps[c, k] * (x[c] >= thr[c, k])."""
+
+    def fn(ins: list[list[Value]]) -> list[Value]:
+        x = ins[0]
+        t = np.broadcast_to(thr, (len(x), thr.shape[-1]))
+        st = np.broadcast_to(steps, t.shape)
+        b = np.broadcast_to(base.reshape(-1) if base.size > 1 else base.reshape(1), (len(x),))
+        out = []
+        for c, q in enumerate(x):
+            acc: Value = Value.cast(int(b[c]))
+            for kk in range(t.shape[1]):
+                if int(st[c, kk]):
+                    acc = acc + Mux(q >= int(t[c, kk]), int(st[c, kk]), 0)
+            out.append(fit(acc, tout.width, tout.signed))
+        return out
+
+    return fn

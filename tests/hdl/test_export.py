@@ -1,0 +1,133 @@
+"""Verilog/RTLIL export: deterministic text, the documented ports, the JSON description,
+and clear errors for bad input with nothing written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modelcircuit.graphs.ir import Node
+from modelcircuit.hdl import HdlError, build_top, export_verilog
+
+from .helpers import compiled_from
+from .test_components import dense_case
+
+pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+
+PORTS = ["clk", "rst", "i__payload", "i__valid", "i__ready", "o__payload", "o__valid",
+         "o__ready"]
+
+
+@pytest.fixture(scope="module")
+def small():
+    c, _ = dense_case("fixed<8,3>", "fixed<6,1>", "fixed<12,2>", "fixed<8,4>", 5, 3, True)
+    return c
+
+
+def test_export_files_ports_and_json(small, tmp_path):
+    info = export_verilog(small, tmp_path, reuse=2, top_name="mlp")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.il", "mlp.json", "mlp.v"]
+    v = (tmp_path / "mlp.v").read_text()
+    header = v[v.index("module mlp("):].split(";")[0]
+    assert sorted(header[header.index("(") + 1:header.index(")")].replace(" ", "").split(",")) \
+        == sorted(PORTS)
+    assert "input [39:0] i__payload" in v and "output [23:0] o__payload" in v
+    j = json.loads((tmp_path / "mlp.json").read_text())
+    assert j["ii"] == 2 and j["latency"] == info["latency"] and j["ports"] == PORTS
+    assert j["input"]["element_width"] == 8 and j["input"]["elements"] == 5
+    assert j["register_bits"] > 0 and j["verilog_lines"] == v.count("\n")
+
+
+def test_export_byte_identical(small, tmp_path):
+    export_verilog(small, tmp_path / "a")
+    export_verilog(small, tmp_path / "b")
+    for f in ("top.v", "top.il", "top.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+
+
+@pytest.mark.slow
+def test_jet_verilog_identical_across_processes(tmp_path):
+    code = ("import sys, modelcircuit as mc; from modelcircuit.hdl import export_verilog; "
+            "c = mc.compile(mc.load_onnx('/work/shared/models/three_layer_keras.onnx'), "
+            "precision='fixed<16,6>'); export_verilog(c, sys.argv[1])")
+    for d in ("a", "b"):
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / d)], check=True)
+    assert (tmp_path / "a" / "top.v").read_bytes() == (tmp_path / "b" / "top.v").read_bytes()
+
+
+def test_sanitised_names(tmp_path):
+    """Node names that are Verilog keywords or hold illegal characters cannot break it."""
+    nodes = [Node.make("module", "Relu", ["x"], ["a"]),
+             Node.make("a b/c;`define", "Relu", ["a"], ["y"])]
+    c = compiled_from(nodes, {"x": ((3,), "fixed<8,3>"), "a": ((3,), "fixed<8,3>"),
+                              "y": ((3,), "fixed<8,3>")}, {}, ["x"], ["y"], "names")
+    export_verilog(c, tmp_path)
+    v = (tmp_path / "top.v").read_text()
+    assert "`define" not in v and "u0_module_" in v
+
+
+# -- bad input -----------------------------------------------------------------------------
+@pytest.mark.parametrize("reuse", [0, -1, 16, 2.5, "x", True])
+def test_bad_reuse(small, reuse, tmp_path):
+    with pytest.raises(HdlError, match="reuse"):
+        export_verilog(small, tmp_path / "out", reuse=reuse)
+    assert not (tmp_path / "out").exists()
+
+
+def test_reuse_unknown_node(small):
+    with pytest.raises(HdlError, match="not a Dense node"):
+        build_top(small, {"nope": 2})
+
+
+def test_unsupported_op(tmp_path):
+    nodes = [Node.make("bn0", "BatchNorm", ["x"], ["y"])]
+    c = compiled_from(nodes, {"x": ((3,), "fixed<8,3>"), "y": ((3,), "fixed<8,3>")}, {},
+                      ["x"], ["y"], "bad")
+    with pytest.raises(HdlError, match=r"bn0.*BatchNorm.*supported: .*Dense"):
+        export_verilog(c, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_float_model_refused():
+    import modelcircuit as mc
+
+    p = Path("/work/shared/models/two_layer_keras.onnx")
+    if not p.exists():
+        pytest.skip("shared model missing")
+    c = mc.compile(mc.load_onnx(str(p)), precision="float32")
+    with pytest.raises(HdlError, match="not fixed point"):
+        build_top(c)
+
+
+def test_bad_top_name_and_out_path(small, tmp_path):
+    for name in ("module", "1abc", "a-b", ""):
+        with pytest.raises(HdlError, match="module name"):
+            export_verilog(small, tmp_path / "o", top_name=name)
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(HdlError, match="is a file"):
+        export_verilog(small, f)
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_adder_levels(small):
+    with pytest.raises(HdlError, match="adder_levels"):
+        build_top(small, 1, adder_levels=0)
+
+
+def test_too_wide_type_is_a_compile_error():
+    """A type too wide for a 64-bit accumulator is refused before lowering."""
+    import modelcircuit as mc
+    from modelcircuit.graphs.ir import GraphError
+
+    p = Path("/work/shared/models/two_layer_keras.onnx")
+    if not p.exists():
+        pytest.skip("shared model missing")
+    with pytest.raises(GraphError, match="64"):
+        mc.compile(mc.load_onnx(str(p)), precision="fixed<40,20>")
+    assert np.int64(1)  # graphs/ owns this check; the HDL backend never sees such a graph
