@@ -131,3 +131,20 @@ def test_too_wide_type_is_a_compile_error():
     with pytest.raises(GraphError, match="64"):
         mc.compile(mc.load_onnx(str(p)), precision="fixed<40,20>")
     assert np.int64(1)  # graphs/ owns this check; the HDL backend never sees such a graph
+
+
+def test_mul_of_two_activations_is_refused_clearly():
+    import numpy as np
+
+    import modelcircuit as mc
+    from modelcircuit.graphs.builder import GraphBuilder
+    from modelcircuit.hdl import HdlError, build_top
+
+    b = GraphBuilder("mm")
+    x = b.input("x", 4)
+    h = b.dense(x, np.eye(4), None, name="d")
+    y = b._node("Mul", [x, h], (4,), "prod")
+    b.output(y)
+    c = mc.compile(b.build(), precision="fixed<8,3>")
+    with pytest.raises(HdlError, match="prod.*constants only"):
+        build_top(c)

@@ -11,8 +11,28 @@ Two conventions of the IR shape what this adapter does (DESIGN.md, "Numbers", "L
   declared shape and type; every other input is a *parameter*: its value is bound as an
   initializer when `run` is called, and the model is compiled then (cached by the values).
 
+Two views of a test tensor (both checked against onnx's expected outputs, so neither can pass
+a case it computes wrongly):
+
+1. *rows* (tried first; how exported models look): dimension 0 of every activation is the
+   batch, and the model is imported as it is.
+2. *one sample* (when the golden model refuses the rows view): each activation is one sample.
+   A copy of the model proto (parameters already bound as initializers) gets a leading batch
+   axis of size 1 on every activation input and output and on every tensor computed from
+   them, and the nodes that see those tensors are rewritten to keep their meaning
+   (`one_sample`): non-negative axis attributes shift by one (Softmax, Concat, Gather,
+   Squeeze/Unsqueeze axes, attribute or constant input; negative axes count from the end and
+   stay), a Transpose perm becomes [0] + [p + 1], a constant Reshape target gets a leading
+   1, Flatten (always 2-D) becomes a Reshape to [1, a, b], element-wise ops keep a constant
+   operand only if its rank does not exceed the activation's. A node it cannot rewrite
+   exactly (e.g. BatchNormalization, whose channel axis is 1, or Gemm, 2-D only) makes the
+   view fail with a GraphError naming it. Inputs are fed as x[None]; outputs are returned
+   as y[0].
+
 Anything the golden model cannot do is a `GraphError` whose message says why (unsupported op,
-attribute, dtype or shape), never a silent fallback.
+attribute, dtype or shape), never a silent fallback. Refusals for a dtype or an attribute
+value are `onnx_import.Unsupported` (kind "dtype"/"attribute" and the name, which the
+message contains): the conformance table counts only those as excused.
 """
 
 from __future__ import annotations
@@ -28,7 +48,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupl
 
 from . import reference
 from .ir import GraphError
-from .onnx_import import import_model
+from .onnx_import import Unsupported, import_model
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -48,11 +68,150 @@ def _declared(vi: onnx.ValueInfoProto) -> tuple[int, tuple[Any, ...] | None]:
 def _check_value_type(vi: onnx.ValueInfoProto, what: str) -> None:
     if not vi.type.HasField("tensor_type"):
         kind = vi.type.WhichOneof("value") or "untyped"
-        raise GraphError(f"{what} {vi.name!r} is a {kind} value; only tensors are supported")
+        raise Unsupported(f"{what} {vi.name!r} has type {kind}; only tensors (dtype float32) "
+                          "are supported", "dtype", kind)
     et = vi.type.tensor_type.elem_type
     if et not in (TensorProto.FLOAT, TensorProto.UNDEFINED):
-        raise GraphError(f"{what} {vi.name!r} has dtype {_dtype_name(et)}; the float golden "
-                         "model computes float32 only")
+        raise Unsupported(f"{what} {vi.name!r} has dtype {_dtype_name(et)}; the float golden "
+                          "model computes float32 only", "dtype", _dtype_name(et))
+
+
+def excused(e: BaseException) -> bool:
+    """A refusal for a dtype or attribute value the golden model does not support, whose
+    message names it (strict: anything else counts against conformance)."""
+    return (isinstance(e, Unsupported) and e.kind in ("dtype", "attribute")
+            and bool(e.what) and e.what in str(e))
+
+
+# -- the one-sample view ----------------------------------------------------------------
+
+_UNARY = ("Relu", "LeakyRelu", "Selu", "Sigmoid", "Tanh", "Identity", "Dropout")
+_BINARY = ("Add", "Sub", "Mul", "Div")
+
+
+def _shift(axes: Sequence[int]) -> list[int]:
+    return [int(a) + 1 if a >= 0 else int(a) for a in axes]
+
+
+def one_sample(model: onnx.ModelProto, activations: Sequence[str]) -> onnx.ModelProto:
+    """A copy of `model` in which every activation (and every tensor computed from one)
+    carries a leading batch axis of size 1; see the module docstring. Raises GraphError
+    for a node it cannot rewrite exactly."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(
+            inferred.graph.output):
+        _, shp = _declared(vi)
+        shapes[vi.name] = (tuple(shp) if shp is not None and all(isinstance(d, int) for d in shp)
+                           else None)
+    consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 13)
+    batched = set(activations)
+
+    def fail(node: onnx.NodeProto, why: str) -> GraphError:
+        return GraphError(f"cannot present the test tensors as one sample: node "
+                          f"{node.name or '?'} ({node.op_type}) {why}")
+
+    def rank(node: onnx.NodeProto, name: str) -> int:
+        shp = shapes.get(name)
+        if shp is None:
+            raise fail(node, f"input {name!r} has no static shape")
+        return len(shp)
+
+    def new_const(base: str, value: np.ndarray) -> str:
+        name = f"{base}__one_sample"
+        g.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def set_attr(node: onnx.NodeProto, name: str, value: Any) -> None:
+        keep = [a for a in node.attribute if a.name != name]
+        del node.attribute[:]
+        node.attribute.extend(keep)
+        node.attribute.append(helper.make_attribute(name, value))
+
+    nodes = []
+    for node in g.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        ins = [i for i in node.input if i]
+        if not any(i in batched for i in ins):
+            nodes.append(node)
+            continue
+        op = node.op_type
+        if node.domain not in ("", "ai.onnx"):
+            raise fail(node, "is not a standard op")
+        if ins[0] not in batched and op not in _BINARY:
+            raise fail(node, f"takes activation(s) {[i for i in ins if i in batched]} as "
+                       "operand(s) other than the first")
+        x = ins[0]
+        if op in _UNARY:
+            pass
+        elif op in _BINARY:
+            r = max(rank(node, i) for i in ins if i in batched)
+            for i in ins:
+                if i not in batched and (i not in consts or consts[i].ndim > r):
+                    raise fail(node, f"operand {i!r} is not a constant of rank <= {r}")
+        elif op in ("Softmax", "LogSoftmax"):
+            axis = attrs.get("axis", 1 if opset < 13 else -1)
+            set_attr(node, "axis", _shift([axis])[0])
+        elif op in ("Concat", "Gather"):
+            if op == "Concat" and not all(i in batched for i in ins):
+                raise fail(node, "concatenates a constant with activations")
+            if op == "Gather" and ins[1] in batched:
+                raise fail(node, "gathers with activation indices")
+            set_attr(node, "axis", _shift([attrs.get("axis", 0)])[0])
+        elif op == "Transpose":
+            perm = attrs.get("perm", list(range(rank(node, x)))[::-1])
+            set_attr(node, "perm", [0] + [int(p) + 1 for p in perm])
+        elif op == "Flatten":
+            shp = shapes.get(x)
+            if shp is None:
+                raise fail(node, f"input {x!r} has no static shape")
+            ax = attrs.get("axis", 1)
+            ax = ax + len(shp) if ax < 0 else ax
+            target = [1, int(np.prod(shp[:ax], dtype=np.int64)),
+                      int(np.prod(shp[ax:], dtype=np.int64))]
+            new = helper.make_node("Reshape", [x, new_const(node.output[0] + "_shape",
+                                                            np.array(target, np.int64))],
+                                   list(node.output), name=node.name)
+            node = new
+        elif op == "Reshape":
+            if len(ins) < 2 or ins[1] not in consts:
+                raise fail(node, "has a target shape that is not a constant")
+            t = np.concatenate([[1], consts[ins[1]].reshape(-1)]).astype(np.int64)
+            node.input[1] = new_const(ins[1], t)
+        elif op in ("Squeeze", "Unsqueeze"):
+            if "axes" in attrs:
+                set_attr(node, "axes", _shift(attrs["axes"]))
+            elif len(ins) > 1:
+                if ins[1] not in consts:
+                    raise fail(node, "has axes that are not a constant")
+                node.input[1] = new_const(ins[1], np.array(_shift(consts[ins[1]].reshape(-1)),
+                                                           np.int64))
+            elif op == "Unsqueeze":
+                raise fail(node, "has no axes")
+            # Squeeze without axes: the importer keeps the batch axis (it squeezes only
+            # per-sample dimensions of size 1)
+        else:
+            raise fail(node, "has no exact one-sample rewrite")
+        batched.update(node.output)
+        nodes.append(node)
+    del g.node[:]
+    g.node.extend(nodes)
+    for vi in list(g.input) + list(g.output):
+        if vi.name not in batched or not vi.type.tensor_type.HasField("shape"):
+            continue
+        dims = list(vi.type.tensor_type.shape.dim)
+        del vi.type.tensor_type.shape.dim[:]
+        vi.type.tensor_type.shape.dim.add().dim_value = 1
+        vi.type.tensor_type.shape.dim.extend(dims)
+    missing = [o.name for o in g.output if o.name not in batched]
+    if missing:
+        raise GraphError(f"cannot present the test tensors as one sample: output(s) {missing} "
+                         "do not depend on an activation")
+    return m
 
 
 class GoldenRep(BackendRep):
@@ -74,13 +233,11 @@ class GoldenRep(BackendRep):
                             if vi is inputs[0] or _declared(vi) == first]
         self.params = [n for n in self.input_names if n not in self.activations]
         self.output_names = [vi.name for vi in g.output]
-        self._compiled: dict[str, Any] = {}
+        self._compiled: dict[str, tuple[str, Any]] = {}
         if not self.params:
             self._compiled[""] = self._compile({})
 
-    def _compile(self, bound: dict[str, np.ndarray]) -> Any:
-        from ..api import compile as compile_graph
-
+    def _bind(self, bound: dict[str, np.ndarray]) -> onnx.ModelProto:
         m = onnx.ModelProto()
         m.CopyFrom(self.model)
         if bound:
@@ -89,6 +246,12 @@ class GoldenRep(BackendRep):
             m.graph.input.extend(keep)
             m.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k)
                                        for k, v in bound.items())
+        return m
+
+    @staticmethod
+    def _import(m: onnx.ModelProto) -> Any:
+        from ..api import compile as compile_graph
+
         graph = import_model(m, name=m.graph.name or "model")
         compiled = compile_graph(graph, precision="float32")
         missing = [o for o in compiled.graph.outputs if o not in compiled.graph.tensors]
@@ -96,7 +259,25 @@ class GoldenRep(BackendRep):
             raise GraphError(f"output(s) {missing} are not computed by the imported graph")
         return compiled
 
-    def _compiled_for(self, bound: dict[str, np.ndarray]) -> Any:
+    def _compile(self, bound: dict[str, np.ndarray]) -> tuple[str, Any]:
+        """(view, compiled): the rows view, else the one-sample view (module docstring)."""
+        m = self._bind(bound)
+        try:
+            return "rows", self._import(m)
+        except GraphError as e:
+            rows_err = e
+        try:
+            return "sample", self._import(one_sample(m, self.activations))
+        except GraphError as e:
+            sample_err = e
+        for e in (rows_err, sample_err):
+            if excused(e):
+                raise e
+        if str(sample_err) == str(rows_err):
+            raise rows_err
+        raise GraphError(f"{rows_err} | as one sample: {sample_err}")
+
+    def _compiled_for(self, bound: dict[str, np.ndarray]) -> tuple[str, Any]:
         h = hashlib.sha256()
         for k in sorted(bound):
             v = np.ascontiguousarray(bound[k])
@@ -119,12 +300,15 @@ class GoldenRep(BackendRep):
         acts = [feeds[n] for n in self.activations]
         for n, a in zip(self.activations, acts, strict=True):
             if a.dtype != np.float32:
-                raise GraphError(f"input {n!r} has dtype {a.dtype}; the float golden model "
-                                 "computes float32 only")
+                raise Unsupported(f"input {n!r} has dtype {a.dtype}; the float golden model "
+                                  "computes float32 only", "dtype", str(a.dtype))
+        view, compiled = self._compiled_for({n: feeds[n] for n in self.params})
+        g = compiled.graph
+        if view == "sample":
+            acts = [a[None] for a in acts]
+        for n, a in zip(self.activations, acts, strict=True):
             if a.ndim < 1:
                 raise GraphError(f"input {n!r} is a scalar; the first dimension is the batch")
-        compiled = self._compiled_for({n: feeds[n] for n in self.params})
-        g = compiled.graph
         batch = acts[0].shape[0]
         for n, a in zip(self.activations, acts, strict=True):
             if a.shape[0] != batch:
@@ -133,7 +317,8 @@ class GoldenRep(BackendRep):
         outs = []
         for o in g.outputs:
             v = np.asarray(env[o], dtype=np.float32)
-            outs.append(v.reshape((batch,) + tuple(g.tensor(o).shape)))
+            v = v.reshape((batch,) + tuple(g.tensor(o).shape))
+            outs.append(v[0] if view == "sample" else v)
         return namedtupledict("Outputs", self.output_names)(*outs)
 
 
@@ -187,201 +372,3 @@ supports_device = GoldenBackend.supports_device
 # onnx >= 1.23 wheels no longer ship the node test data; it is regenerated once with
 # `onnx.backend.test.case.node.collect_testcases()` into a cache folder (official layout:
 # <case>/model.onnx, <case>/test_data_set_<k>/{input,output}_<j>.pb) and read from there.
-
-CACHE_ENV = "MODELCIRCUIT_CACHE"
-
-
-def default_cache_dir() -> str:
-    import os
-
-    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
-                                                    "modelcircuit")
-    return os.path.join(root, "onnx-node-tests", onnx.__version__)
-
-
-def case_op(model: onnx.ModelProto, name: str, ops: Sequence[str]) -> str | None:
-    """The op a node test case tests: its single node's op, unless the case is the function
-    expansion of another op (`*_expanded*`, e.g. CastLike expanded into one Cast)."""
-    nodes = model.graph.node
-    if len(nodes) != 1 or nodes[0].op_type not in ops or "_expanded" in name:
-        return None
-    return nodes[0].op_type
-
-
-def _write_case(root: str, case: Any, op: str) -> None:
-    import json
-    import os
-
-    d = os.path.join(root, case.name)
-    os.makedirs(d)
-    with open(os.path.join(d, "model.onnx"), "wb") as f:
-        f.write(case.model.SerializeToString())
-    for k, (ins, outs) in enumerate(case.data_sets or []):
-        sd = os.path.join(d, f"test_data_set_{k}")
-        os.makedirs(sd)
-        for prefix, arrs in (("input", ins), ("output", outs)):
-            for j, a in enumerate(arrs):
-                t = a if isinstance(a, TensorProto) else numpy_helper.from_array(np.asarray(a))
-                with open(os.path.join(sd, f"{prefix}_{j}.pb"), "wb") as f:
-                    f.write(t.SerializeToString())
-    with open(os.path.join(d, "data.json"), "w") as f:
-        json.dump({"op": op, "rtol": case.rtol, "atol": case.atol}, f)
-
-
-def generate_cases(cache_dir: str | None = None, ops: Sequence[str] | None = None) -> str:
-    """Regenerate the node test cases of `ops` (default: onnx_import.SUPPORTED_OPS) into
-    cache_dir, once; returns the folder. Atomic: a temp folder renamed into place."""
-    import json
-    import os
-    import shutil
-    import tempfile
-    import warnings
-
-    from .onnx_import import SUPPORTED_OPS
-
-    ops = tuple(ops or SUPPORTED_OPS)
-    cache_dir = cache_dir or default_cache_dir()
-    tag = hashlib.sha256(",".join(sorted(ops)).encode()).hexdigest()[:12]
-    final = os.path.join(cache_dir, f"cases-{tag}")
-    if os.path.exists(os.path.join(final, "index.json")):
-        return final
-    from onnx.backend.test.case import node as node_cases
-
-    os.makedirs(cache_dir, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".cases-", dir=cache_dir)
-    index: dict[str, dict[str, Any]] = {}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cases = node_cases.collect_testcases(None)
-        for case in cases:
-            op = case_op(case.model, case.name, ops)
-            if op is None:
-                continue
-            try:
-                _write_case(tmp, case, op)
-                index[case.name] = {"op": op}
-            except Exception as e:  # exotic dtypes that cannot be serialised
-                shutil.rmtree(os.path.join(tmp, case.name), ignore_errors=True)
-                index[case.name] = {"op": op, "error": f"test data not serialisable: {e}"}
-        with open(os.path.join(tmp, "index.json"), "w") as f:
-            json.dump({"onnx": onnx.__version__, "ops": sorted(ops), "cases": index}, f,
-                      indent=1, sort_keys=True)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process got there first
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
-
-
-def _load_case(d: str) -> tuple[onnx.ModelProto, list[tuple[list[np.ndarray], list[np.ndarray]]]]:
-    import glob
-    import os
-
-    def read(path: str) -> np.ndarray:
-        t = TensorProto()
-        with open(path, "rb") as f:
-            t.ParseFromString(f.read())
-        return numpy_helper.to_array(t)
-
-    model = onnx.load(os.path.join(d, "model.onnx"))
-    sets = []
-    for sd in sorted(glob.glob(os.path.join(d, "test_data_set_*"))):
-        n_in = len(glob.glob(os.path.join(sd, "input_*.pb")))
-        n_out = len(glob.glob(os.path.join(sd, "output_*.pb")))
-        sets.append(([read(os.path.join(sd, f"input_{j}.pb")) for j in range(n_in)],
-                     [read(os.path.join(sd, f"output_{j}.pb")) for j in range(n_out)]))
-    return model, sets
-
-
-def _compare(expected: Sequence[np.ndarray], got: Sequence[Any], rtol: float,
-             atol: float) -> str | None:
-    """The onnx backend runner's check (count, shape, dtype, allclose); None when equal."""
-    if len(got) != len(expected):
-        return f"{len(got)} outputs, expected {len(expected)}"
-    for i, (e, g) in enumerate(zip(expected, got, strict=True)):
-        g = np.asarray(g)
-        if g.shape != e.shape:
-            return f"output {i} has shape {list(g.shape)}, expected {list(e.shape)}"
-        if g.dtype != e.dtype:
-            return f"output {i} has dtype {g.dtype}, expected {e.dtype}"
-        if not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
-            err = float(np.max(np.abs(g.astype(np.float64) - e.astype(np.float64))))
-            return f"output {i} differs: max abs error {err:.3g} (rtol {rtol}, atol {atol})"
-    return None
-
-
-def run_case(d: str) -> tuple[bool, str]:
-    """Run one cached case through GoldenBackend: (passed, reason)."""
-    import json
-    import os
-
-    with open(os.path.join(d, "data.json")) as f:
-        meta = json.load(f)
-    model, sets = _load_case(d)
-    try:
-        rep = GoldenBackend.prepare(model)
-        for ins, outs in sets:
-            bad = _compare(outs, list(rep.run(ins)), meta["rtol"], meta["atol"])
-            if bad:
-                return False, f"wrong result: {bad}"
-    except GraphError as e:
-        return False, f"refused: {e}"
-    except Exception as e:  # a crash instead of a clear error is a bug of its own
-        return False, f"CRASH {type(e).__name__}: {e}"
-    return True, ""
-
-
-def run_conformance(cache_dir: str | None = None,
-                    ops: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run every cached node test case of `ops`; returns {"cases": [...], "ops": {...}}."""
-    import json
-    import os
-
-    root = generate_cases(cache_dir, ops)
-    with open(os.path.join(root, "index.json")) as f:
-        index = json.load(f)["cases"]
-    cases = []
-    for name in sorted(index):
-        info = index[name]
-        if "error" in info:
-            ok, why = False, f"not run: {info['error']}"
-        else:
-            ok, why = run_case(os.path.join(root, name))
-        status = "passed" if ok else why.split(":", 1)[0].split(" ", 1)[0].lower()
-        cases.append({"case": name, "op": info["op"], "passed": ok, "status": status,
-                      "reason": why.splitlines()[0] if why else ""})
-    per_op: dict[str, dict[str, int]] = {}
-    for c in cases:
-        s = per_op.setdefault(c["op"], dict.fromkeys(STATUSES, 0))
-        s[c["status"]] += 1
-    return {"onnx": onnx.__version__, "cases": cases, "ops": per_op}
-
-
-# passed; refused with a GraphError that says why; wrong result; crash (not a GraphError);
-# not run (the case's data could not be cached)
-STATUSES = ("passed", "refused", "wrong", "crash", "not")
-
-
-def format_table(result: dict[str, Any]) -> str:
-    """Per-op pass counts, then every failure with its reason."""
-    head = ["cases", *STATUSES[:-1], "not run", "rate"]
-    lines = [f"{'op':<20}" + "".join(f"{h:>8}" for h in head)]
-    tot = dict.fromkeys(STATUSES, 0)
-    rows = [(op, result["ops"][op]) for op in sorted(result["ops"])] + [("total", tot)]
-    for op, s in rows:
-        if op != "total":
-            for k in STATUSES:
-                tot[k] += s[k]
-        n = sum(s.values())
-        lines.append(f"{op:<20}{n:>8}" + "".join(f"{s[k]:>8}" for k in STATUSES)
-                     + f"{s['passed'] / max(n, 1):>8.0%}")
-    fails = [c for c in result["cases"] if not c["passed"]]
-    if fails:
-        lines.append("")
-        lines.append("failures:")
-        lines += [f"  {c['op']:<18} {c['case']:<44} {c['reason'][:160]}" for c in fails]
-    return "\n".join(lines)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .ir import Graph, GraphError, Node, Tensor, prune, toposort
+from .onnx_ops import HANDLERS
 from .types import FixedType, NumType, Rounding
 
 SUPPORTED_OPS = (
@@ -27,6 +27,17 @@ SUPPORTED_OPS = (
     "DequantizeLinear", "Shape", "Gather", "Concat", "Constant", "Cast",
 )
 _QUANT_DOMAINS = ("qonnx", "finn", "brevitas")
+
+
+class Unsupported(GraphError):
+    """A refusal because of a dtype or an attribute value the golden model does not support.
+
+    `kind` is "dtype" or "attribute"; `what` names the dtype or the attribute, and the
+    message says it (the conformance table counts only these refusals as excused)."""
+
+    def __init__(self, message: str, kind: str, what: str) -> None:
+        super().__init__(message)
+        self.kind, self.what = kind, what
 
 
 def load_onnx(path: str | os.PathLike[str]) -> Graph:
@@ -93,6 +104,10 @@ class _Importer:
 
     def err(self, node: onnx.NodeProto, msg: str) -> GraphError:
         return GraphError(f"node {node.name or '?'} ({node.op_type}): {msg}")
+
+    def unsupported(self, node: onnx.NodeProto, attr: str, msg: str) -> Unsupported:
+        """An attribute value the golden model does not support; msg must name `attr`."""
+        return Unsupported(f"node {node.name or '?'} ({node.op_type}): {msg}", "attribute", attr)
 
     # -- the walk --------------------------------------------------------------
     def run(self) -> Graph:
@@ -164,7 +179,7 @@ class _Importer:
         if op == "Constant" or (ins and all((not i) or self.is_const(i) for i in ins)
                                 and op not in ("QuantizeLinear",)):
             return self.fold(node)
-        handler = _HANDLERS.get(op)
+        handler = HANDLERS.get(op)
         if handler is None:
             raise self.err(node, f"unsupported op {op}; supported: " + ", ".join(SUPPORTED_OPS))
         handler(self, node)
@@ -204,8 +219,8 @@ class _Importer:
                 "ROUND_TO_ZERO": None, "CEIL": None}
         r = rmap.get(rounding.upper(), None)
         if r is None:
-            raise self.err(node, f"rounding_mode {rounding!r} is not supported "
-                           "(ROUND and FLOOR are)")
+            raise self.unsupported(node, "rounding_mode", f"rounding_mode {rounding!r} is not "
+                                   "supported (ROUND and FLOOR are)")
         return FixedType(int(bits), int(bits) - frac, signed, r, narrow=narrow)
 
     def quant(self, node: onnx.NodeProto) -> None:
@@ -252,290 +267,6 @@ class _Importer:
         shp = self.shapes[self.src(x)]
         self.emit(node, "Bipolar", [x], node.output[0], shp, scale=sc)
         self.types[node.output[0]] = t
-
-
-# -- handlers for standard ops ----------------------------------------------------
-def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
-def _shape(im: _Importer, name: str) -> tuple[int, ...]:
-    return im.shapes[im.src(name)]
-
-
-def _matmul(im: _Importer, node: onnx.NodeProto) -> None:
-    x, w = node.input
-    if not im.is_const(w):
-        raise im.err(node, "MatMul of two activations is not supported (weights must be constant)")
-    W = im.const(w)
-    xs = _shape(im, x)
-    if W.ndim != 2 or len(xs) != 1 or xs[0] != W.shape[0]:
-        raise im.err(node, f"MatMul needs a per-sample vector times a 2-D weight, got "
-                     f"{list(xs)} x {list(W.shape)}")
-    im.emit(node, "Dense", [x, im.src(w)], node.output[0], (W.shape[1],))
-
-
-def _gemm(im: _Importer, node: onnx.NodeProto) -> None:
-    a = _attrs(node)
-    ins = list(node.input) + [""] * (3 - len(node.input))
-    x, w, c = ins[:3]
-    if a.get("transA", 0):
-        raise im.err(node, "Gemm with transA=1 is not supported (the batch must be dimension 0)")
-    if not im.is_const(w) or (c and not im.is_const(c)):
-        raise im.err(node, "Gemm weights and bias must be constants")
-    W = im.const(w).astype(np.float64)
-    if a.get("transB", 0):
-        W = W.T
-    W = W * float(a.get("alpha", 1.0))
-    wn = im.add_const(im.fresh(f"{w}_gemm"), W, im.const_types.get(im.src(w))
-                      if a.get("alpha", 1.0) == 1.0 else None)
-    inputs = [x, wn]
-    if c and im.const(c).ndim == 2 and im.const(c).shape[0] != 1:
-        raise im.err(node, f"Gemm bias of shape {list(im.const(c).shape)} varies along the "
-                     "batch (dimension 0); only a per-column bias is supported")
-    if c:
-        C = np.broadcast_to(im.const(c).astype(np.float64) * float(a.get("beta", 1.0)),
-                            (1, W.shape[1])).reshape(-1)
-        inputs.append(im.add_const(im.fresh(f"{c}_gemm"), C, im.const_types.get(im.src(c))
-                                   if a.get("beta", 1.0) == 1.0 else None))
-    xs = _shape(im, x)
-    if len(xs) != 1 or xs[0] != W.shape[0]:
-        raise im.err(node, f"Gemm input shape {list(xs)} does not match weight {list(W.shape)}")
-    im.emit(node, "Dense", inputs, node.output[0], (W.shape[1],))
-
-
-def _bcast_shape(im: _Importer, node: onnx.NodeProto, act: tuple[int, ...],
-                 const: np.ndarray) -> np.ndarray:
-    """A constant operand broadcast against a per-sample activation shape."""
-    c = np.asarray(const, dtype=np.float64)
-    if c.ndim > len(act):  # has the batch dimension
-        if c.shape[0] != 1:
-            raise im.err(node, f"constant of shape {list(c.shape)} varies along the batch")
-        c = c.reshape(c.shape[1:])
-    try:
-        np.broadcast_to(c, act)
-    except ValueError:
-        raise im.err(node, f"constant of shape {list(c.shape)} does not broadcast to "
-                     f"{list(act)}") from None
-    return c
-
-
-def _binary(im: _Importer, node: onnx.NodeProto) -> None:
-    op = node.op_type
-    a, b = node.input
-    ca, cb = im.is_const(a), im.is_const(b)
-    if not ca and not cb:
-        return _binary_activations(im, node)
-    x, c = (b, a) if ca else (a, b)
-    shp = _shape(im, x)
-    cv = _bcast_shape(im, node, shp, im.const(c))
-    ctype = im.const_types.get(im.src(c))
-    if op == "Add":
-        im.emit(node, "Add", [x, im.add_const(im.fresh(c), cv, ctype)], node.output[0], shp)
-    elif op == "Sub" and not ca:
-        im.emit(node, "Add", [x, im.add_const(im.fresh(c), -cv, ctype)], node.output[0], shp)
-    elif op == "Sub":  # c - x = (-1 * x) + c
-        t = im.fresh(node.output[0] + "_neg")
-        im.emit(node, "Mul", [x, im.add_const(im.fresh("minus_one"), np.array(-1.0))], t, shp)
-        im.emit(node, "Add", [t, im.add_const(im.fresh(c), cv, ctype)], node.output[0], shp)
-    elif op == "Mul":
-        im.emit(node, "Mul", [x, im.add_const(im.fresh(c), cv, ctype)], node.output[0], shp)
-    elif op == "Div":
-        if ca:
-            raise im.err(node, "division of a constant by an activation is not supported")
-        if np.any(cv == 0):
-            raise im.err(node, "division by a constant that contains zero")
-        im.emit(node, "Mul", [x, im.add_const(im.fresh(c), 1.0 / cv)], node.output[0], shp)
-
-
-def _binary_activations(im: _Importer, node: onnx.NodeProto) -> None:
-    """Add/Sub/Mul/Div of two activations, with numpy broadcasting of the per-sample shapes.
-
-    Both operands carry the batch as their first dimension, so they must have the same rank:
-    broadcasting a lower-rank operand would align its batch with a per-sample dimension of
-    the other. Div of two activations is its own IR op (float only; refused in fixed point
-    at compile time, as is broadcasting between activations)."""
-    op = node.op_type
-    a, b = node.input
-    sa, sb = _shape(im, a), _shape(im, b)
-    if len(sa) != len(sb):
-        raise im.err(node, f"{op} of activations of ranks {len(sa) + 1} and {len(sb) + 1} "
-                     "would broadcast the batch dimension (both operands must have the "
-                     "batch as their first dimension)")
-    try:
-        out = tuple(int(d) for d in np.broadcast_shapes(sa, sb))
-    except ValueError:
-        raise im.err(node, f"{op} of per-sample shapes {list(sa)} and {list(sb)}: shapes do "
-                     "not broadcast") from None
-    im.emit(node, op, [a, b], node.output[0], out)
-
-
-def _unary(op: str, **fixed: Any) -> Callable[[_Importer, onnx.NodeProto], None]:
-    def h(im: _Importer, node: onnx.NodeProto) -> None:
-        a = _attrs(node)
-        attrs = dict(fixed)
-        if op == "LeakyRelu":
-            attrs["alpha"] = float(a.get("alpha", 0.01))
-        if fixed.get("func") == "selu":
-            attrs["alpha"] = float(a.get("alpha", 1.67326319217681884765625))
-            attrs["gamma"] = float(a.get("gamma", 1.05070102214813232421875))
-        x = node.input[0]
-        im.emit(node, op, [x], node.output[0], _shape(im, x), **attrs)
-    return h
-
-
-def _softmax(im: _Importer, node: onnx.NodeProto) -> None:
-    x = node.input[0]
-    shp = _shape(im, x)
-    axis = _attrs(node).get("axis", 1 if im.opset < 13 else -1)
-    rank = len(shp) + 1
-    ax = axis + rank if axis < 0 else axis
-    if ax != rank - 1 and not (im.opset < 13 and ax == 1 and len(shp) == 1):
-        raise im.err(node, f"Softmax over axis {axis} of a rank-{rank} tensor: only the last axis "
-                     "is supported")
-    im.emit(node, "Softmax", [x], node.output[0], shp)
-
-
-def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
-    x, s, b, m, v = node.input[:5]
-    eps = float(_attrs(node).get("epsilon", 1e-5))
-    if _attrs(node).get("training_mode", 0):
-        raise im.err(node, "BatchNormalization with training_mode=1 (batch statistics) is not "
-                     "supported; export the model in inference mode")
-    shp = _shape(im, x)
-    for nm in (s, b, m, v):
-        if not im.is_const(nm):
-            raise im.err(node, "BatchNormalization parameters must be constants")
-    im.emit(node, "BatchNorm", [x] + [im.src(n) for n in (s, b, m, v)], node.output[0], shp,
-            epsilon=eps)
-
-
-def _reshape_to(im: _Importer, node: onnx.NodeProto, x: str, full: tuple[int, ...]) -> None:
-    """Reshape given an ONNX (batch-including, batch=1) target shape."""
-    shp = _shape(im, x)
-    size = int(np.prod(shp, dtype=np.int64))
-    per = tuple(int(d) for d in full[1:])
-    if int(np.prod(per, dtype=np.int64)) != size:
-        raise im.err(node, f"cannot reshape per-sample {list(shp)} to {list(per)}; the batch "
-                     "dimension must stay first")
-    if per == shp:
-        im.alias[node.output[0]] = im.src(x)
-        im.shapes[node.output[0]] = shp
-        return
-    im.emit(node, "Reshape", [x], node.output[0], per, shape=list(per))
-
-
-def _reshape(im: _Importer, node: onnx.NodeProto) -> None:
-    x = node.input[0]
-    shp = (1,) + _shape(im, x)
-    if node.op_type == "Flatten":
-        ax = _attrs(node).get("axis", 1)
-        ax = ax + len(shp) if ax < 0 else ax
-        if ax == 0:
-            raise im.err(node, "Flatten with axis 0 folds the batch dimension into the sample")
-        target = (int(np.prod(shp[:ax])), int(np.prod(shp[ax:])))
-    elif node.op_type == "Reshape":
-        if not im.is_const(node.input[1]):
-            raise im.err(node, "Reshape target shape must be constant")
-        t = [int(v) for v in im.const(node.input[1]).reshape(-1)]
-        t = [shp[i] if (v == 0 and not _attrs(node).get("allowzero", 0)) else v
-             for i, v in enumerate(t)]
-        if -1 in t:
-            known = int(np.prod([v for v in t if v != -1]))
-            t[t.index(-1)] = int(np.prod(shp)) // max(known, 1)
-        target = tuple(t)
-        if target and target[0] != 1:  # a fixed batch (e.g. 789444) written into the shape
-            target = (1,) + target[1:]
-    else:  # Squeeze / Unsqueeze
-        a = _attrs(node)
-        axes = a.get("axes")
-        if axes is None and len(node.input) > 1 and node.input[1]:
-            axes = [int(v) for v in im.const(node.input[1]).reshape(-1)]
-        if node.op_type == "Squeeze":
-            axes = [ax + len(shp) if ax < 0 else ax for ax in (axes or [i for i, d in enumerate(shp) if d == 1 and i > 0])]
-            if 0 in axes:
-                raise im.err(node, "cannot squeeze the batch dimension")
-            target = tuple(d for i, d in enumerate(shp) if i not in axes)
-        else:
-            out_rank = len(shp) + len(axes or [])
-            axes = sorted(ax + out_rank if ax < 0 else ax for ax in (axes or []))
-            if 0 in axes:
-                raise im.err(node, "cannot unsqueeze in front of the batch dimension")
-            t = list(shp)
-            for ax in axes:
-                t.insert(ax, 1)
-            target = tuple(t)
-    _reshape_to(im, node, x, target)
-
-
-def _transpose(im: _Importer, node: onnx.NodeProto) -> None:
-    x = node.input[0]
-    shp = _shape(im, x)
-    perm = list(_attrs(node).get("perm", list(range(len(shp) + 1))[::-1]))
-    if perm[0] != 0:
-        raise im.err(node, f"Transpose perm {perm} moves the batch dimension")
-    per = [p - 1 for p in perm[1:]]
-    if per == sorted(per):
-        im.alias[node.output[0]] = im.src(x)
-        im.shapes[node.output[0]] = shp
-        return
-    im.emit(node, "Transpose", [x], node.output[0], tuple(shp[p] for p in per), perm=per)
-
-
-def _identity(im: _Importer, node: onnx.NodeProto) -> None:
-    im.alias[node.output[0]] = im.src(node.input[0])
-    im.shapes[node.output[0]] = _shape(im, node.input[0])
-
-
-def _dropout(im: _Importer, node: onnx.NodeProto) -> None:
-    """Inference Dropout is the identity; training mode (random masks) is refused."""
-    ins = list(node.input) + ["", ""]
-    ratio = float(im.const(ins[1]).reshape(-1)[0]) if ins[1] and im.is_const(ins[1]) else 0.5
-    training = ins[2] and (not im.is_const(ins[2]) or bool(im.const(ins[2]).reshape(-1)[0]))
-    if training and ratio != 0.0:
-        raise im.err(node, "Dropout in training mode (random mask) is not supported; "
-                     "export the model in inference mode")
-    _identity(im, node)
-
-
-def _qdq(im: _Importer, node: onnx.NodeProto) -> None:
-    x, s = node.input[:2]
-    zp = node.input[2] if len(node.input) > 2 and node.input[2] else None
-    if node.op_type == "DequantizeLinear":
-        return _identity(im, node)
-    zpv = im.const(zp) if zp else np.zeros((), np.uint8)
-    signed = zpv.dtype.kind == "i" or zp is None and False
-    if zp is None:
-        signed = False
-    bits = 8 * zpv.dtype.itemsize
-    t = im._pow2_type(node, im.const(s), zpv, bits, signed, False, "ROUND")
-    if t is None:
-        raise im.err(node, "QuantizeLinear needs one power-of-two scale and zero point 0")
-    if im.is_const(x):
-        w = im.const(x).astype(np.float64)
-        vals = np.clip(np.round(w * 2.0 ** t.frac), t.qmin, t.qmax) * 2.0 ** -t.frac
-        im.add_const(node.output[0], vals, t)
-        return
-    im.emit(node, "Requant", [x], node.output[0], _shape(im, x), quant_type=str(t))
-    im.types[node.output[0]] = t
-
-
-_HANDLERS: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
-    "MatMul": _matmul,
-    "Gemm": _gemm,
-    "Add": _binary, "Sub": _binary, "Mul": _binary, "Div": _binary,
-    "Relu": _unary("Relu"),
-    "LeakyRelu": _unary("LeakyRelu"),
-    "Sigmoid": _unary("Lut", func="sigmoid"),
-    "Tanh": _unary("Lut", func="tanh"),
-    "Selu": _unary("Lut", func="selu"),
-    "Softmax": _softmax,
-    "BatchNormalization": _batchnorm,
-    "Flatten": _reshape, "Reshape": _reshape, "Squeeze": _reshape, "Unsqueeze": _reshape,
-    "Transpose": _transpose,
-    "Identity": _identity, "Dropout": _dropout,
-    "QuantizeLinear": _qdq, "DequantizeLinear": _qdq,
-}
 
 
 def import_model(model: onnx.ModelProto, name: str = "model") -> Graph:

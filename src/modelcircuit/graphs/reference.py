@@ -274,10 +274,31 @@ def transpose(g: Graph, node: Node, ins: list[Array]) -> Array:
     return np.transpose(ins[0], (0,) + tuple(p + 1 for p in node.get("perm")))
 
 
+def _to_out(g: Graph, node: Node, name: str, v: Array) -> Array:
+    """An input's values in the node's output representation (data movement ops):
+    float32, or its codes requantized to the output type (exact when the types agree)."""
+    if not _is_fixed(g, node):
+        return _f32(v)
+    return fx.requantize(v.astype(np.int64), _t(g, name).frac, _out(g, node))
+
+
+def concat(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """Concatenation of activations along per-sample axis `axis`."""
+    parts = [_to_out(g, node, n, v) for n, v in zip(node.inputs, ins, strict=True)]
+    return np.concatenate(parts, axis=node.get("axis") + 1)
+
+
+def gather(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """np.take along per-sample axis `axis` with the constant (non-negative) `indices`."""
+    idx = np.asarray(node.get("indices"), dtype=np.int64).reshape(node.get("indices_shape"))
+    return np.take(_to_out(g, node, node.inputs[0], ins[0]), idx, axis=node.get("axis") + 1)
+
+
 OPS: dict[str, OpFn] = {
     "Dense": dense, "Add": add, "Sub": sub, "Mul": mul, "Div": div, "Relu": relu, "LeakyRelu": leaky_relu,
     "Lut": lut, "Softmax": softmax, "Threshold": threshold, "Requant": requant,
     "Bipolar": bipolar, "BatchNorm": batchnorm, "Reshape": reshape, "Transpose": transpose,
+    "Concat": concat, "Gather": gather,
 }
 
 

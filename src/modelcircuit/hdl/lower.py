@@ -99,6 +99,9 @@ def lower_sub(g: Graph, node: Node, opt: Options) -> Unit:
 
 
 def lower_mul(g: Graph, node: Node, opt: Options) -> Unit:
+    if not g.is_const(node.inputs[1]):
+        raise HdlError(f"node {node.name} (Mul): the HDL backend multiplies by constants only; "
+                       "a product of two activations has no lowering yet")
     tx, tc = _t(g, node.inputs[0], node), _t(g, node.inputs[1], node)
     tout, n = _out(g, node)
     c = _const(g, node.inputs[1], g.tensor(node.outputs[0]).shape)

@@ -41,6 +41,22 @@ def _check(node: Node, lo: int, hi: int, frac: int, what: str) -> FixedType:
                          "64-bit limit; use a narrower precision") from None
 
 
+def _check_fixed_elementwise(g: Graph, node: Node) -> None:
+    """Fixed point supports Add/Sub/Mul of two activations of one shape; division of two
+    activations and broadcasting between activations are float only (a clear refusal)."""
+    acts = g.activations(node)
+    if node.op == "Div":
+        raise GraphError(f"node {node.name} (Div): division of two activations is not "
+                         "supported in fixed point (float32 only)")
+    if node.op in ("Add", "Sub", "Mul") and len(acts) == 2:
+        out = g.tensor(node.outputs[0]).shape
+        shapes = [g.tensor(a).shape for a in acts]
+        if any(s != out for s in shapes):
+            raise GraphError(f"node {node.name} ({node.op}): broadcasting between activations "
+                             f"({' and '.join(str(list(s)) for s in shapes)}) is not supported "
+                             "in fixed point (float32 only)")
+
+
 def accumulator_types(g: Graph) -> Graph:
     tensors = dict(g.tensors)
     nodes = []
@@ -48,6 +64,7 @@ def accumulator_types(g: Graph) -> Graph:
         out_t = tensors[node.outputs[0]].dtype
         in_t = [tensors[i].dtype for i in node.inputs if i]
         if any(isinstance(t, FixedType) for t in in_t) and (out_t is None or not out_t.is_float):
+            _check_fixed_elementwise(g, node)
             if node.op == "Dense":
                 xt, wt = in_t[0], in_t[1]
                 b = g.constants[node.inputs[2]] if len(node.inputs) > 2 else None
@@ -68,7 +85,10 @@ def accumulator_types(g: Graph) -> Graph:
                     tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]], dtype=acc)
             elif node.op in ("Mul", "LeakyRelu") and all(isinstance(t, FixedType) for t in in_t):
                 x, c = in_t[0], in_t[1]
-                cv = [int(v) for v in np.asarray(g.constants[node.inputs[1]]).reshape(-1)]
+                if g.is_const(node.inputs[1]):
+                    cv = [int(v) for v in np.asarray(g.constants[node.inputs[1]]).reshape(-1)]
+                else:  # product of two activations: every code of y is possible
+                    cv = [c.qmin, c.qmax]
                 prods = [x.qmin * v for v in cv] + [x.qmax * v for v in cv]
                 if node.op == "LeakyRelu":
                     prods.append(x.qmax << c.frac)
