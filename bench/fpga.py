@@ -1,0 +1,92 @@
+"""FPGA benchmark (slow: whole-model synthesis and place-and-route, minutes per model).
+
+Jet tagger three_layer_keras at fixed<16,6> and qkeras_jettagging at its own (QONNX) types,
+on ecp5-85k with --reuse auto, out of context: reuse per layer, II, latency in cycles, Fmax,
+latency in ns, LUT/FF/DSP/BRAM and the wall time of each tool, beside hls4ml's published
+figures for the same model (13 cycles, II 1, 3915 DSP at 200 MHz on xczu3eg — which has 360
+DSPs, so that design does not fit that part). Prints a table and writes JSON
+(bench/results/fpga.json by default).
+
+Run: .venv/bin/python bench/fpga.py [--models three_layer_keras,qkeras_jettagging]
+     [--device ecp5-85k] [--json FILE] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest  # noqa: F401  (the marker below documents that this is a slow run)
+
+import modelcircuit as mc
+from modelcircuit.api import compile
+from modelcircuit.hdl import fpga
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT.parent / "shared" / "models"
+HLS4ML = {"model": "three_layer_keras (jet tagger)", "latency_cycles": 13, "ii": 1, "dsp": 3915,
+          "clock_mhz": 200, "device": "xczu3eg (360 DSP: does not fit)",
+          "source": "hls4ml paper / tutorial, fixed<16,6>, ReuseFactor 1"}
+PRECISION = {"three_layer_keras": "fixed<16,6>", "qkeras_jettagging": None}
+
+
+def run_one(name: str, device: str, keep: Path | None) -> dict:
+    g = mc.load_onnx(MODELS / f"{name}.onnx")
+    t0 = time.perf_counter()
+    c = compile(g, precision=PRECISION.get(name), profile=device)
+    compile_s = time.perf_counter() - t0
+    out = (keep or Path(tempfile.mkdtemp(prefix="bench-fpga-"))) / name
+    try:
+        rep = fpga.build(c, device, out, reuse="auto",
+                         progress=lambda s: print(f"  {name}: {s}", file=sys.stderr, flush=True))
+    except fpga.FlowError as e:
+        return {"model": name, "device": device, "error": str(e).splitlines()[0],
+                "compile_s": round(compile_s, 2)}
+    m = rep["model"]
+    return {"model": name, "device": device, "precision": m["precision"], "reuse": m["reuse"],
+            "ii": m["ii"], "latency_cycles": m["latency_cycles"], "fmax_mhz": rep["fmax_mhz"],
+            "latency_ns": m["latency_ns"], **rep["resources"],
+            "tool_wall_s": rep["tool_wall_s"], "compile_s": round(compile_s, 2),
+            "fit_estimate": m.get("fit", {}).get("estimate"), "critical_path": rep["critical_path"][-6:],
+            "out": str(out)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="three_layer_keras,qkeras_jettagging")
+    ap.add_argument("--device", default="ecp5-85k")
+    ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "fpga.json"))
+    ap.add_argument("--keep", help="keep the build directories here")
+    a = ap.parse_args(argv)
+    rows = []
+    for name in a.models.split(","):
+        if not (MODELS / f"{name}.onnx").exists():
+            print(f"skip {name}: {MODELS / (name + '.onnx')} is absent", file=sys.stderr)
+            continue
+        rows.append(run_one(name, a.device, Path(a.keep) if a.keep else None))
+    hdr = f"{'model':20s} {'II':>4s} {'cycles':>6s} {'Fmax':>7s} {'lat ns':>8s} {'LUT':>7s} {'FF':>7s} {'DSP':>4s} {'BRAM':>4s}  reuse / tool s"
+    print(hdr)
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model']:20s} error: {r['error']}")
+            continue
+        print(f"{r['model']:20s} {r['ii']:>4} {r['latency_cycles']:>6} {r['fmax_mhz']:>7.1f} "
+              f"{r['latency_ns']:>8.1f} {r['lut']:>7} {r['ff']:>7} {r['dsp']:>4} {r['bram']:>4}  "
+              f"{r['reuse']} / {r['tool_wall_s']}")
+    h = HLS4ML
+    print(f"{'hls4ml (published)':20s} {h['ii']:>4} {h['latency_cycles']:>6} {h['clock_mhz']:>7.1f} "
+          f"{1e3 * h['latency_cycles'] / h['clock_mhz']:>8.1f} {'-':>7} {'-':>7} {h['dsp']:>4} {'-':>4}  {h['device']}")
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps({"rows": rows, "hls4ml": HLS4ML}, indent=1, default=str) + "\n")
+    print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

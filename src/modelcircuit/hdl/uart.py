@@ -1,0 +1,183 @@
+"""A UART wrapper around a model's stream interface, for board builds.
+
+Byte protocol (8N1, default 115200 baud; the line idles high):
+
+* The host sends one input vector as ceil(Wi / 8) bytes, where Wi is the width of the
+  model's input payload (elements x element width): the payload as a little-endian integer,
+  i.e. byte 0 carries payload bits 0..7, so element 0's low bits come first. Unused high bits
+  of the last byte are ignored.
+* The device answers each vector with ceil(Wo / 8) bytes of the output payload, in the same
+  little-endian order; unused high bits of the last byte are zero. Answers come in the order
+  of the vectors.
+* Framing is by count. A frame left incomplete for `frame_timeout` clock cycles (default
+  ~0.1 s on a board) is dropped, so a host that lost sync waits that long and starts again.
+* The host may send the next vector while the previous one is computing (one vector is
+  buffered); when the answers cannot be sent as fast as vectors arrive, the model stalls
+  through its stream backpressure and further input bytes are dropped only if the host runs
+  more than one whole vector ahead. A stop-and-wait host (send a vector, read its answer)
+  never loses data.
+
+Ports: `rx` In(1), `tx` Out(1). The model core is any `wiring.Component` with members `i`
+(In, amaranth.lib.stream) and `o` (Out, stream).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+
+def frame_bytes(bits: int) -> int:
+    return max(1, (int(bits) + 7) // 8)
+
+
+class UartRx(wiring.Component):
+    """8N1 receiver: `data`/`valid` pulse for one cycle per byte (2-FF synchronised rx)."""
+
+    def __init__(self, divisor: int):
+        if divisor < 4:
+            raise ValueError(f"UART divisor must be >= 4 clocks per bit, got {divisor}")
+        self.divisor = int(divisor)
+        super().__init__({"rx": In(1, init=1), "data": Out(8), "valid": Out(1)})
+
+    def elaborate(self, platform: Any) -> Module:
+        m = Module()
+        s1 = Signal(init=1)
+        s2 = Signal(init=1)
+        m.d.sync += [s1.eq(self.rx), s2.eq(s1)]
+        cnt = Signal(range(self.divisor * 3 // 2 + 1))
+        bits = Signal(4)
+        sh = Signal(8)
+        m.d.sync += self.valid.eq(0)
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(~s2):
+                    m.d.sync += [cnt.eq(self.divisor // 2), bits.eq(0)]
+                    m.next = "START"
+            with m.State("START"):  # re-check the start bit at its middle
+                with m.If(cnt == 0):
+                    with m.If(s2):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += cnt.eq(self.divisor - 1)
+                        m.next = "DATA"
+                with m.Else():
+                    m.d.sync += cnt.eq(cnt - 1)
+            with m.State("DATA"):
+                with m.If(cnt == 0):
+                    m.d.sync += [sh.eq(Cat(sh[1:], s2)), bits.eq(bits + 1),
+                                 cnt.eq(self.divisor - 1)]
+                    with m.If(bits == 7):
+                        m.next = "STOP"
+                with m.Else():
+                    m.d.sync += cnt.eq(cnt - 1)
+            with m.State("STOP"):
+                with m.If(cnt == 0):
+                    with m.If(s2):  # a framing error (low stop bit) drops the byte
+                        m.d.sync += [self.data.eq(sh), self.valid.eq(1)]
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += cnt.eq(cnt - 1)
+        return m
+
+
+class UartTx(wiring.Component):
+    """8N1 transmitter: takes `data` when `valid & ready`."""
+
+    def __init__(self, divisor: int):
+        self.divisor = int(divisor)
+        super().__init__({"data": In(8), "valid": In(1), "ready": Out(1), "tx": Out(1, init=1)})
+
+    def elaborate(self, platform: Any) -> Module:
+        m = Module()
+        cnt = Signal(range(self.divisor))
+        sh = Signal(10, init=0x3FF)
+        left = Signal(4)
+        m.d.comb += self.ready.eq(left == 0)
+        m.d.comb += self.tx.eq(sh[0])
+        with m.If(left == 0):
+            with m.If(self.valid):
+                m.d.sync += [sh.eq(Cat(Const(0, 1), self.data, Const(1, 1))), left.eq(10),
+                             cnt.eq(self.divisor - 1)]
+        with m.Elif(cnt == 0):
+            m.d.sync += [sh.eq(Cat(sh[1:], Const(1, 1))), left.eq(left - 1),
+                         cnt.eq(self.divisor - 1)]
+        with m.Else():
+            m.d.sync += cnt.eq(cnt - 1)
+        return m
+
+
+class UartWrapper(wiring.Component):
+    """The model core behind a UART (see the module docstring for the byte protocol)."""
+
+    def __init__(self, core: Any, in_bits: int, out_bits: int, divisor: int,
+                 frame_timeout: int | None = None):
+        self.core = core
+        self.in_bits, self.out_bits = int(in_bits), int(out_bits)
+        self.n_in, self.n_out = frame_bytes(in_bits), frame_bytes(out_bits)
+        self.divisor = int(divisor)
+        # default: ~ 1000 byte times (~0.1 s at 115200 baud)
+        self.frame_timeout = int(frame_timeout if frame_timeout is not None
+                                 else self.divisor * 10 * 1000)
+        super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1)})
+
+    def protocol(self) -> dict[str, Any]:
+        return {"format": "8N1", "divisor": self.divisor, "input_bytes": self.n_in,
+                "output_bytes": self.n_out, "byte_order": "little-endian payload",
+                "frame_timeout_cycles": self.frame_timeout}
+
+    def elaborate(self, platform: Any) -> Module:
+        m = Module()
+        m.submodules.core = core = self.core
+        m.submodules.urx = urx = UartRx(self.divisor)
+        m.submodules.utx = utx = UartTx(self.divisor)
+        m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
+
+        # receive: bytes shift in from the top, so after n_in bytes byte 0 is lowest
+        nb = self.n_in * 8
+        acc = Signal(nb)
+        cnt = Signal(range(self.n_in + 1))
+        idle = Signal(range(self.frame_timeout + 1))
+        hold = Signal(nb)
+        full = Signal()
+        with m.If(full & core.i.ready):
+            m.d.sync += full.eq(0)
+        with m.If(urx.valid):
+            m.d.sync += idle.eq(0)
+            new = Cat(acc[8:], urx.data) if self.n_in > 1 else urx.data
+            with m.If(cnt == self.n_in - 1):
+                with m.If(~full | core.i.ready):  # else the host ran a whole vector ahead
+                    m.d.sync += [hold.eq(new), full.eq(1)]
+                m.d.sync += cnt.eq(0)
+            with m.Else():
+                m.d.sync += [acc.eq(new), cnt.eq(cnt + 1)]
+        with m.Elif(cnt != 0):
+            with m.If(idle == self.frame_timeout):
+                m.d.sync += [cnt.eq(0), idle.eq(0)]
+            with m.Else():
+                m.d.sync += idle.eq(idle + 1)
+        m.d.comb += [core.i.valid.eq(full), core.i.payload.eq(hold[:self.in_bits])]
+
+        # send: capture an output payload, then n_out bytes, lowest first
+        ob = self.n_out * 8
+        osh = Signal(ob)
+        oleft = Signal(range(self.n_out + 1))
+        m.d.comb += core.o.ready.eq(oleft == 0)
+        with m.If(core.o.valid & (oleft == 0)):
+            m.d.sync += [osh.eq(core.o.payload), oleft.eq(self.n_out)]
+        m.d.comb += [utx.data.eq(osh[:8]), utx.valid.eq(oleft != 0)]
+        with m.If(utx.valid & utx.ready):
+            m.d.sync += [osh.eq(osh >> 8), oleft.eq(oleft - 1)]
+        return m
+
+
+# -- host side (for tests and for a real host with pyserial) -------------------------------
+def encode_vector(payload: int, in_bits: int) -> bytes:
+    return int(payload & ((1 << in_bits) - 1)).to_bytes(frame_bytes(in_bits), "little")
+
+
+def decode_vector(data: bytes, out_bits: int) -> int:
+    return int.from_bytes(data, "little") & ((1 << out_bits) - 1)
