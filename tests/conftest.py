@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ def digits_test() -> tuple[np.ndarray, np.ndarray]:
     return d["x"], d["y"]
 
 
+@cache
 def gpu_available() -> bool:
     try:
         import cupy  # noqa: F401

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import modelcircuit as mc
+from tests.conftest import gpu_available
 
 MODELS = Path(__file__).parents[2].parent / "shared" / "models"
 DIGITS = Path(__file__).parents[2] / "src" / "modelcircuit" / "data" / "digits_mlp.onnx"
@@ -50,20 +51,4 @@ def sample_inputs(g, n: int, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-@cache
-def have_gpu() -> bool:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def pytest_collection_modifyitems(config, items):
-    if have_gpu():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device (marker gpu)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+have_gpu = gpu_available  # the root conftest skips `gpu` tests without a device

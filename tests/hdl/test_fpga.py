@@ -30,16 +30,24 @@ def tiny_graph(n_in: int = 16, hidden: int = 8, n_out: int = 4, seed: int = 5):
     return b.build()
 
 
+def wide_graph():
+    """256 -> 256: does not fit an UP5K at any reuse at 16 bits."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("wide")
+    b.output(b.dense(b.input("x", 256), rng.normal(0, 0.1, (256, 256)), None, name="fc"))
+    return b.build()
+
+
 def tiny_compiled(precision: str = "fixed<6,3>", profile: str | None = None):
     return compile(tiny_graph(), precision=precision, profile=profile)
 
 
-def tiny_onnx(path: Path) -> Path:
+def tiny_onnx(path: Path, graph=None) -> Path:
     import onnx
 
     from modelcircuit.graphs.onnx_export import to_onnx
 
-    onnx.save(to_onnx(tiny_graph()), str(path))
+    onnx.save(to_onnx(graph or tiny_graph()), str(path))
     return path
 
 
@@ -103,7 +111,9 @@ def test_fit_tiny_on_up5k_is_parallel_and_digits_on_ecp5_folds():
 
 
 def test_fit_error_names_the_budget():
-    d = compile(load_onnx(DIGITS), precision="fixed<6,3>")
+    """256 -> 256 at 16 bits: the input rotation and output registers alone (8192 FF) are
+    more than an UP5K has, at any reuse."""
+    d = compile(wide_graph(), precision="fixed<16,6>")
     with pytest.raises(FitError, match=r"does not fit ice40-up5k even at the largest reuse.*5280"):
         fit_reuse(d, fpga.fpga_profile("ice40-up5k"))
 
@@ -122,8 +132,9 @@ def test_unknown_device_and_board(tmp_path):
 
 
 def test_design_does_not_fit_is_exit_2(tmp_path):
-    r = cli("build", "--device", "ice40-up5k", "--precision", "fixed<6,3>", "--reuse", "auto",
-            "--out", str(tmp_path / "o"))
+    onnx_path = tiny_onnx(tmp_path / "wide.onnx", wide_graph())
+    r = cli("build", str(onnx_path), "--device", "ice40-up5k", "--precision", "fixed<16,6>",
+            "--reuse", "auto", "--out", str(tmp_path / "o"))
     assert r.returncode == 2, r.stderr
     assert "does not fit ice40-up5k" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "o").exists()

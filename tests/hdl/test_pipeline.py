@@ -1,0 +1,73 @@
+"""Register schedule (dense.plan_stages, the "latency" and "fmax" presets), folding over
+outputs, coefficient ROMs and `--reuse auto` through fit.fit_reuse: the latency computed at
+compile time is the simulated one, results stay bit-exact."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from modelcircuit.hdl import build_top
+from modelcircuit.hdl.dense import PIPELINES, plan_stages
+from modelcircuit.hdl.reuse import fold_multipliers, fold_shape
+from modelcircuit.hdl.simulate import simulate
+
+from .helpers import check
+from .test_components import dense_case
+
+pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+
+
+def test_plan_stages():
+    assert plan_stages([1, 1, 1, 1, 1], 2) == [False, True, False, True, False]
+    assert plan_stages([2, 1, 1, 1, 1], 2) == [True, False, True, False, False]
+    assert plan_stages([1, 1, 1, 0, 0], 4) == [False] * 5  # requantization free
+    assert plan_stages([3, 1, 1, 1, 1], 3) == [True, False, False, True, False]
+
+
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+@pytest.mark.parametrize("reuse,levels", [(1, 1), (1, 2), (1, 3), (3, 1), (4, 2), (13, 1),
+                                          (24, 2), (24, 3)])
+def test_latency_is_exact(pipeline, reuse, levels):
+    """Simulated latency == reported latency for every preset, 1..3 levels per stage, input
+    and output folding (R=13, 24 > N_in=6: outputs folded too); bit-exact with stalls."""
+    c, x = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
+    top, info = build_top(c, reuse, adder_levels=levels, pipeline=pipeline)
+    assert info["pipeline"] == pipeline and info["adder_levels"] == levels
+    res = simulate(top, info, x[:3])
+    assert [b - a for a, b in zip(res.accepted, res.delivered, strict=True)] == \
+        [info["latency"]] * 3
+    assert np.diff(res.accepted).tolist() == [reuse] * 2
+    check(c, x[:8], reuse=reuse, gap=0.3, backpressure=0.3, seed=reuse, adder_levels=levels)
+
+
+def test_fold_over_outputs_cuts_multipliers():
+    c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
+    w = np.asarray(c.graph.constants["w"])
+    assert fold_shape(6, 4, 24).r_out == 4 and fold_shape(6, 4, 13).r_out == 2
+    assert fold_multipliers(w, 6) <= 4 and fold_multipliers(w, 24) <= 1
+    info = build_top(c, 24)[1]
+    assert info["layers"][0]["fold"]["rom"] == {"depth": 24, "width": 9, "style": "block"}
+
+
+def test_default_pipeline_follows_the_target():
+    c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
+    assert build_top(c, 1)[1]["pipeline"] == "latency"  # no FPGA profile: fewest cycles
+    info = build_top(dataclasses.replace(c, profile="ecp5-25k"), 1)[1]
+    assert info["pipeline"] == "fmax" and info["adder_levels"] == PIPELINES["fmax"].adder_levels
+
+
+def test_reuse_auto_is_the_fit_plan():
+    from modelcircuit.hdl import fpga
+    from modelcircuit.hdl.fit import fit_reuse
+
+    c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
+    c = dataclasses.replace(c, profile="ice40-up5k")
+    info = build_top(c, "auto")[1]
+    plan = fit_reuse(c, fpga.fpga_profile("ice40-up5k"))
+    assert info["fit"] == plan.to_json() and info["fit"]["device"] == "ice40-up5k"
+    assert [lay["reuse"] for lay in info["layers"]] == [plan.reuse["fc"]]
+    c = dataclasses.replace(c, profile=None)  # no FPGA profile: fitted against ecp5-85k
+    assert build_top(c, "auto")[1]["fit"]["device"] == "ecp5-85k"
