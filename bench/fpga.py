@@ -50,6 +50,7 @@ def run_one(name: str, device: str, keep: Path | None) -> dict:
                 "compile_s": round(compile_s, 2)}
     m = rep["model"]
     return {"model": name, "device": device, "precision": m["precision"], "reuse": m["reuse"],
+            "pipeline": m.get("pipeline"), "adder_levels": m.get("adder_levels"),
             "ii": m["ii"], "latency_cycles": m["latency_cycles"], "fmax_mhz": rep["fmax_mhz"],
             "latency_ns": m["latency_ns"], **rep["resources"],
             "tool_wall_s": rep["tool_wall_s"], "compile_s": round(compile_s, 2),

@@ -1,11 +1,14 @@
 """HDL backend benchmark: per reuse factor, the schedule and the size of the circuit.
 
-For each model and R: latency (cycles), II, real multipliers (zero weights and powers of two
+For each model, register schedule (--pipeline: "latency" = fewest cycles, the default without
+an FPGA profile; "fmax" = the FPGA flow's default, aiming at >= 100 MHz on ECP5) and R:
+latency (cycles), II, real multipliers (zero weights and powers of two
 excluded), register bits (flip-flops in the RTLIL netlist), Verilog lines, and the time to
 lower and convert (Amaranth elaboration + builtin yosys). With --sim, also checks a few
 vectors bit-exact in amaranth.sim and reports the simulated latency.
 Prints a table and writes JSON (bench/results/hdl.json by default).
-Run: .venv/bin/python bench/hdl.py [--reuse 1,2,4,8] [--model jet|digits|all] [--sim] [--json FILE]
+Run: .venv/bin/python bench/hdl.py [--reuse 1,2,4,8] [--model jet|digits|all]
+     [--pipeline latency,fmax] [--sim] [--json FILE]
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ MODELS = {
 }
 
 
-def sim_check(c: mc.CompiledGraph, reuse: int, n: int = 4) -> dict:
+def sim_check(c: mc.CompiledGraph, reuse: int, pipeline: str, n: int = 4) -> dict:
     g = c.graph
     t = g.tensor(g.inputs[0]).dtype
     x = np.random.default_rng(0).integers(t.qmin, t.qmax + 1, size=(n, g.tensor(g.inputs[0]).size))
-    top, info = build_top(c, reuse)
+    top, info = build_top(c, reuse, pipeline=pipeline)
     t0 = time.perf_counter()
     res = simulate(top, info, x)
     want = reference.execute(g, [x], inputs_are_codes=True)[g.outputs[0]].reshape(n, -1)
@@ -51,12 +54,13 @@ def main() -> int:
     ap.add_argument("--reuse", default="1,2,4,8")
     ap.add_argument("--model", default="jet", choices=["jet", "digits", "all"])
     ap.add_argument("--precision", default="fixed<16,6>")
+    ap.add_argument("--pipeline", default="latency,fmax")
     ap.add_argument("--sim", action="store_true")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "hdl.json"))
     a = ap.parse_args()
     rows = []
     models = list(MODELS) if a.model == "all" else [a.model]
-    hdr = f"{'model':8} {'R':>3} {'latency':>7} {'II':>3} {'mults':>6} {'reg bits':>8} " \
+    hdr = f"{'model':8} {'pipeline':8} {'L':>2} {'R':>3} {'latency':>7} {'II':>3} {'mults':>6} {'reg bits':>8} " \
           f"{'v lines':>8} {'compile s':>9}"
     print(hdr)
     print("-" * len(hdr))
@@ -65,12 +69,13 @@ def main() -> int:
             print(f"{name}: model missing, skipped")
             continue
         c = mc.compile(mc.load_onnx(str(MODELS[name])), precision=a.precision)
-        for r in [int(v) for v in a.reuse.split(",")]:
+        for pipe, r in [(p, int(v)) for p in a.pipeline.split(",") for v in a.reuse.split(",")]:
             with tempfile.TemporaryDirectory() as d:
                 t0 = time.perf_counter()
-                info = export_verilog(c, d, reuse=r)
+                info = export_verilog(c, d, reuse=r, pipeline=pipe)
                 dt = time.perf_counter() - t0
-            row = {"model": name, "precision": a.precision, "reuse": r,
+            row = {"model": name, "precision": a.precision, "pipeline": pipe,
+                   "adder_levels": info["adder_levels"], "reuse": r,
                    "latency": info["latency"], "ii": info["ii"],
                    "multipliers": info["multipliers"], "shifts": info["shifts"],
                    "register_bits": info["register_bits"], "verilog_lines": info["verilog_lines"],
@@ -78,9 +83,9 @@ def main() -> int:
                    "layers": [{k: lay[k] for k in ("node", "op", "latency", "ii", "reuse",
                                                    "multipliers")} for lay in info["layers"]]}
             if a.sim:
-                row.update(sim_check(c, r))
+                row.update(sim_check(c, r, pipe))
             rows.append(row)
-            print(f"{name:8} {r:>3} {row['latency']:>7} {row['ii']:>3} {row['multipliers']:>6} "
+            print(f"{name:8} {pipe:8} {row['adder_levels']:>2} {r:>3} {row['latency']:>7} {row['ii']:>3} {row['multipliers']:>6} "
                   f"{row['register_bits']:>8} {row['verilog_lines']:>8} {dt:>9.1f}"
                   + (f"  sim: exact={row['sim_bit_exact']} lat={row['sim_latency']}"
                      if a.sim else ""))

@@ -57,6 +57,9 @@ def test_default_pipeline_follows_the_target():
     assert build_top(c, 1)[1]["pipeline"] == "latency"  # no FPGA profile: fewest cycles
     info = build_top(dataclasses.replace(c, profile="ecp5-25k"), 1)[1]
     assert info["pipeline"] == "fmax" and info["adder_levels"] == PIPELINES["fmax"].adder_levels
+    # "fmax": constants of <= 3 signed digits are shift-add leaves, not multipliers
+    assert info["layers"][0]["shift_add"] > 0
+    assert info["multipliers"] < build_top(c, 1)[1]["multipliers"]
 
 
 def test_reuse_auto_is_the_fit_plan():

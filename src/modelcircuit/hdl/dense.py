@@ -6,52 +6,105 @@ type, then ReLU. Every partial sum is kept modulo 2**M with M = accumulator widt
 complement arithmetic is exact modulo 2**M and the final sum fits in M signed bits (the
 accumulator type is computed from the weight and input ranges), so the result is exact.
 
-R = 1: one term per non-zero weight (zero weights cost nothing, a power of two is a shift,
-anything else a constant multiplier), the bias as one more term, an adder tree with a
-register every `adder_levels` levels (the multiply and the requantization count as levels).
+Pipelining (`Pipeline`): every step of the datapath has a weight in "adder levels" and a
+register is placed wherever the next step would push a stage past `adder_levels` levels
+(`plan_stages`). The steps are: the products (a real multiplier weighs `mul_levels`), the
+adder-tree levels (1 each), the accumulate (folded only), the rounding and the
+overflow/ReLU of the requantization (`requant_levels` each). The output register always
+follows. Preset "latency" (multiplier 1, requantization free, 4 levels) is the shortest
+schedule (the jet tagger at R=1 in 13 cycles); "fmax" (products alone in their stage, each
+requantization step one level, 2 levels per stage) aims at >= 100 MHz on an ECP5.
 
-R > 1: the input vector is loaded into a shift register and consumed in R_in = min(R, N_in)
-chunks of c = ceil(N_in / R_in) elements, one chunk per cycle: c * N_out time-shared
-multipliers (their coefficients come from small per-lane ROMs indexed by the chunk
-counter), a pipelined tree per output over the chunk, then an accumulator; the bias is
-added with the requantization. A new vector is accepted every R cycles (II = R).
+R = 1: one term per non-zero weight (zero weights cost nothing, a power of two is a shift,
+anything else a constant multiplier), the bias as one more term, then the adder tree. With
+`csd_digits` > 0 ("fmax"), a constant of at most that many canonical signed digits is not a
+multiplier but that many shifted (and negated) copies of the input, leaves of the tree: no
+DSP, no separate multiplier logic, every stage at most `adder_levels` adders deep.
+
+R > 1 (reuse.Fold): the input vector is loaded into a rotating register and consumed in R_in
+chunks of c elements, one chunk per step, for each of R_out output groups of m outputs:
+c * m time-shared lanes. The coefficients of every multiplier lane for a step are one word
+of a ROM (`amaranth.lib.memory.Memory`, synchronous read; block RAM for depth >= 16) indexed
+by the step counter; its output and the chunk are registered twice more, the products
+twice (ECP5: yosys does not absorb registers into MULT18X18D, whose 3.9 ns combinational
+delay plus the long routes to and from the DSP columns otherwise set the clock), then a
+pipelined tree per output lane, then an accumulator that starts from the bias; at the end
+of a group the accumulators are requantized into that group's output registers. A new
+vector is accepted every R cycles (II = R, steps R_in * R_out <= R).
+Latency = steps + FOLD_STAGES (7) + tree registers + requantization registers.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Const, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib.memory import Memory
 
 from ..graphs.types import FixedType
-from .arith import const_mul, fit, relu, requantize, shape_of
+from .arith import const_mul, fit, overflow, relu, shape_of, shift_round
+from .reuse import fold_lanes, fold_shape, lane_kinds
 from .unit import Unit
+
+BRAM_MIN_DEPTH = 16  # coefficient ROMs at least this deep go to block RAM
+# folded: load, ROM read, 2 coefficient/chunk registers, 2 product registers, accumulator
+FOLD_STAGES = 7
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    adder_levels: int = 4
+    mul_levels: int | None = 1  # None: the products are registered on their own
+    requant_levels: int = 0
+    csd_digits: int = 0  # R=1: constants with at most this many signed digits -> shift-add
+
+
+PIPELINES = {"latency": Pipeline(4, 1, 0, 0), "fmax": Pipeline(2, None, 1, 3)}
+
+
+def csd(c: int) -> list[tuple[int, int]]:
+    """Canonical signed digits of c: [(+1 or -1, shift)], c == sum(d << k)."""
+    out, k = [], 0
+    c = int(c)
+    while c:
+        if c & 1:
+            d = 2 - (c & 3)
+            out.append((d, k))
+            c -= d
+        c >>= 1
+        k += 1
+    return out
 
 
 def tree_levels(n_terms: int) -> int:
     return max(0, math.ceil(math.log2(n_terms))) if n_terms > 1 else 0
 
 
-def tree_plan(levels: int, depth: int, adder_levels: int) -> tuple[int, int]:
-    """(registers inserted, depth after) for `levels` adder levels starting at `depth`."""
-    regs = 0
-    for _ in range(levels):
-        depth += 1
-        if depth >= adder_levels:
-            regs, depth = regs + 1, 0
-    return regs, depth
+def plan_stages(weights: list[int], adder_levels: int) -> list[bool]:
+    """Register after step i? A register goes before a step that would take the current
+    stage past `adder_levels` levels; the last step feeds the output register (False)."""
+    regs = [False] * len(weights)
+    depth = 0
+    for i, w in enumerate(weights):
+        if depth > 0 and depth + w > adder_levels:
+            regs[i - 1] = True
+            depth = 0
+        depth += w
+    return regs
 
 
 class Dense(Unit):
     def __init__(self, tx: FixedType, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
                  tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
-                 reuse: int = 1, adder_levels: int = 4):
+                 reuse: int = 1, adder_levels: int = 4, pipeline: Pipeline | None = None):
         w = np.asarray(w, dtype=np.int64)
         self.n_in, self.n_out = w.shape
         super().__init__([(tx, self.n_in)], (tout, self.n_out))
         self.tx, self.w, self.tw, self.tout, self.relu_ = tx, w, tw, tout, bool(relu)
-        self.adder_levels = int(adder_levels)
+        self.pipe = pipeline or Pipeline(int(adder_levels))
+        self.adder_levels = L = int(adder_levels)
         frac = tx.frac + tw.frac
         self.frac = max(frac, tb.frac) if b is not None and tb is not None else frac
         self.p_shift = self.frac - frac
@@ -60,67 +113,97 @@ class Dense(Unit):
         self.mod = acc.width + 1
         self.reuse = int(reuse)
         self.ii = self.reuse
+        rq = [self.pipe.requant_levels] * 2  # rounding, overflow + ReLU
         if self.reuse == 1:
             nz = w != 0
             p2 = nz & ((np.abs(w) & (np.abs(w) - 1)) == 0)
-            self.multipliers, self.shifts = int((nz & ~p2).sum()), int(p2.sum())
-            terms = [int(nz[:, j].sum()) + (self.bias[j] != 0) for j in range(self.n_out)]
+            # constants with few signed digits become shift-add leaves of the adder tree
+            ndig = np.vectorize(lambda v: len(csd(v)), otypes=[np.int64])(w)
+            sa = nz & ~p2 & (ndig <= self.pipe.csd_digits)
+            self.shift_add = sa
+            self.multipliers, self.shifts = int((nz & ~p2 & ~sa).sum()), int(p2.sum())
+            leaves = np.where(sa, ndig, nz.astype(np.int64))
+            terms = [int(leaves[:, j].sum()) + (self.bias[j] != 0) for j in range(self.n_out)]
             self.levels = max([tree_levels(t) for t in terms] + [0])
-            regs, _ = tree_plan(self.levels, 1, self.adder_levels)
-            self.latency = regs + 1
+            mw = self.pipe.mul_levels
+            if mw is None:
+                # a negated leaf (-x << k) is a carry chain of its own: one level
+                neg = bool(((w < 0) & (p2 | sa)).any())
+                mw = L if self.multipliers else int(neg)
+            self.stage_regs = plan_stages([mw] + [1] * self.levels + rq, L)
+            self.latency = sum(self.stage_regs) + 1
         else:
-            self.r_in = min(self.reuse, self.n_in)
-            self.c = -(-self.n_in // self.r_in)
-            self.lanes = self._lanes()
+            self.fold = f = fold_shape(self.n_in, self.n_out, self.reuse)
+            self.r_in, self.c = f.r_in, f.c
+            lanes = fold_lanes(w, f)  # (steps, c, m)
+            kinds = lane_kinds(lanes)
+            self.lanes = {(t, j): ([int(v) for v in lanes[:, t, j]],
+                                   "shift" if kinds[t, j] == 1 else "mul")
+                          for t in range(f.c) for j in range(f.m) if kinds[t, j]}
             self.multipliers = sum(1 for v in self.lanes.values() if v[1] == "mul")
             self.shifts = sum(1 for v in self.lanes.values() if v[1] == "shift")
-            self.levels = tree_levels(self.c)
-            self.tree_regs, _ = tree_plan(self.levels, 1, self.adder_levels)
-            self.latency = self.r_in + self.tree_regs + 2
+            self.levels = tree_levels(f.c)
+            self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
+            self.tree_regs = sum(self.tree_flags)
+            self.rq_flags = plan_stages(rq, L)
+            self.latency = f.steps + FOLD_STAGES + self.tree_regs + sum(self.rq_flags)
+            mul_lanes = [v[0] for v in self.lanes.values() if v[1] == "mul"]
+            self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
+            self.rom_width = self.cw * len(mul_lanes)
+            self.rom_depth = f.steps if mul_lanes else 0
+            self.rom_block = self.rom_depth >= BRAM_MIN_DEPTH
 
-    def _lanes(self) -> dict[tuple[int, int], tuple[list[int], str]]:
-        """(t, j) -> (coefficient per chunk, kind) for every lane that is not always zero."""
-        lanes = {}
-        for j in range(self.n_out):
-            for t in range(self.c):
-                col = [int(self.w[k * self.c + t, j]) if k * self.c + t < self.n_in else 0
-                       for k in range(self.r_in)]
-                if not any(col):
-                    continue
-                a = abs(col[0])
-                same_pow2 = len(set(col)) == 1 and a & (a - 1) == 0
-                kind = "shift" if same_pow2 else "mul"
-                lanes[(t, j)] = (col, kind)
-        return lanes
+    def describe(self) -> dict[str, object]:
+        d = super().describe()
+        d["adder_levels"] = self.adder_levels
+        if self.reuse == 1:
+            d["shift_add"] = int(self.shift_add.sum())
+        if self.reuse > 1:
+            f = self.fold
+            d["fold"] = {"r_in": f.r_in, "c": f.c, "r_out": f.r_out, "m": f.m,
+                         "steps": f.steps, "rom": {"depth": self.rom_depth,
+                                                   "width": self.rom_width,
+                                                   "style": "block" if self.rom_block
+                                                   else "logic"}}
+        return d
 
     # -- shared pieces -------------------------------------------------------------------
     def _wrap(self, v: Value) -> Value:
         v = Value.cast(v)
         return fit(v, self.mod, True) if len(v) > self.mod or not v.shape().signed else v
 
-    def _tree(self, m: Module, cols: list[list[Value]], depth: int,
-              carry: list[Value]) -> tuple[list[Value], list[Value], int, int]:
-        """Reduce each column to one value; register all columns (and `carry`) whenever
-        `adder_levels` levels have passed. Returns (sums, carry, registers, depth)."""
-        regs = 0
+    def _tree(self, m: Module, cols: list[list[Value]], flags: list[bool],
+              carry: list[Value]) -> tuple[list[Value], list[Value]]:
+        """Reduce each column to one value, registering all columns (and `carry`) after
+        adder level i when flags[i]. Returns (sums, carry)."""
         cols = [c if c else [Const(0, signed(2))] for c in cols]
         for lvl in range(self.levels):
             cols = [[self._wrap(c[i] + c[i + 1]) if i + 1 < len(c) else c[i]
                      for i in range(0, len(c), 2)] for c in cols]
-            depth += 1
-            if depth >= self.adder_levels:
+            if flags[lvl]:
                 flat = [v for c in cols for v in c]
                 r = self.regs(m, flat + carry, f"t{lvl}_")
                 it = iter(r[:len(flat)])
                 cols = [[next(it) for _ in c] for c in cols]
                 carry = r[len(flat):]
-                regs, depth = regs + 1, 0
         assert all(len(c) == 1 for c in cols)
-        return [c[0] for c in cols], carry, regs, depth
+        return [c[0] for c in cols], carry
 
-    def _finish(self, v: Value, j: int) -> Value:
-        y = requantize(v, self.frac, self.tout)
+    def _round(self, v: Value) -> Value:
+        return shift_round(v, self.frac - self.tout.frac, self.tout.rounding)
+
+    def _finish(self, v: Value) -> Value:
+        y = overflow(v, self.tout)
         return relu(y) if self.relu_ else y
+
+    def _requant(self, m: Module, vals: list[Value], round_reg: bool,
+                 carry: list[Value]) -> tuple[list[Value], list[Value]]:
+        """Round, (register), overflow + ReLU. Returns (outputs, carry)."""
+        r = [self._round(fit(v, self.mod, True)) for v in vals]
+        if round_reg:
+            regd = self.regs(m, r + carry, "rq")
+            r, carry = regd[:len(r)], regd[len(r):]
+        return [self._finish(v) for v in r], carry
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -136,55 +219,120 @@ class Dense(Unit):
         for j in range(self.n_out):
             terms = []
             for i in range(self.n_in):
+                if self.shift_add[i, j]:
+                    for d, k in csd(int(self.w[i, j])):
+                        v = Value.cast(x[i]) << (k + self.p_shift)
+                        terms.append(self._wrap(v if d > 0 else -v))
+                    continue
                 p, _ = const_mul(x[i], int(self.w[i, j]))
                 if p is not None:
                     terms.append(self._wrap(p << self.p_shift))
             if self.bias[j]:
                 terms.append(self._wrap(Const(self.bias[j])))
             cols.append(terms)
-        sums, _, regs, _ = self._tree(m, cols, 1, [])
-        assert regs + 1 == self.latency
-        self.out_regs(m, [self._finish(fit(s, self.mod, True), j) for j, s in enumerate(sums)])
+        flags = self.stage_regs
+        if flags[0]:  # the products alone in their stage
+            flat = [v for c in cols for v in c]
+            it = iter(self.regs(m, flat, "p"))
+            cols = [[next(it) for _ in c] for c in cols]
+        sums, _ = self._tree(m, cols, flags[1:1 + self.levels], [])
+        outs, _ = self._requant(m, sums, flags[1 + self.levels], [])
+        self.out_regs(m, outs)
 
     def _folded(self, m: Module) -> None:
+        f = self.fold
         x = self.inputs()
-        n = self.r_in * self.c
+        n = f.r_in * f.c
+        en = self.en
+        # -- input rotation and step counters (issue stage) ------------------------------
         sr = [Signal(shape_of(self.tx), name=f"sr{i}", reset_less=True) for i in range(n)]
-        k = Signal(range(max(2, self.r_in)), name="k")
+        k = Signal(range(max(2, f.r_in)), name="k")
+        g = Signal(range(max(2, f.r_out)), name="g")
+        s = Signal(range(max(2, f.steps)), name="s")
         run = Signal(name="run")
-        with m.If(self.en):
+        with m.If(en):
             with m.If(self.start):
                 m.d.sync += [sr[i].eq(x[i] if i < self.n_in else 0) for i in range(n)]
-                m.d.sync += [k.eq(0), run.eq(1)]
+                m.d.sync += [k.eq(0), g.eq(0), s.eq(0), run.eq(1)]
             with m.Else():
-                m.d.sync += [sr[i].eq(sr[i + self.c] if i + self.c < n else 0) for i in range(n)]
+                m.d.sync += [sr[i].eq(sr[(i + f.c) % n]) for i in range(n)]
                 with m.If(run):
-                    m.d.sync += k.eq(k + 1)
-                    with m.If(k == self.r_in - 1):
-                        m.d.sync += [run.eq(0), k.eq(0)]
-        cols: list[list[Value]] = [[] for _ in range(self.n_out)]
-        for (t, j), (col, kind) in sorted(self.lanes.items()):
-            if kind == "shift":
-                p, _ = const_mul(sr[t], col[0])
-            else:
-                cw = max(abs(v) for v in col).bit_length() + 1
-                coef = Signal(signed(cw), name=f"w{t}_{j}")
-                with m.Switch(k):
-                    for kk, v in enumerate(col):
-                        with m.Case(kk):
-                            m.d.comb += coef.eq(v)
-                    with m.Default():
-                        m.d.comb += coef.eq(0)
-                p = sr[t] * coef
-            cols[j].append(self._wrap(p << self.p_shift))
+                    m.d.sync += [k.eq(k + 1), s.eq(s + 1)]
+                    with m.If(k == f.r_in - 1):
+                        m.d.sync += [k.eq(0), g.eq(g + 1)]
+                        with m.If(g == f.r_out - 1):
+                            m.d.sync += [run.eq(0), g.eq(0), s.eq(0)]
+        # control travels with the data: first chunk of a group, last chunk, group
         first = Signal(name="first")
-        m.d.comb += first.eq(k == 0)
-        sums, (act, fst), regs, _ = self._tree(m, cols, 1, [run, first])
-        assert regs == self.tree_regs
-        acc = [Signal(signed(self.mod), name=f"acc{j}", reset_less=True)
-               for j in range(self.n_out)]
-        with m.If(self.en & act):
-            for j in range(self.n_out):
-                m.d.sync += acc[j].eq(fit(Mux(fst, 0, acc[j]) + sums[j], self.mod, True))
-        self.out_regs(m, [self._finish(fit(acc[j] + self.bias[j], self.mod, True), j)
-                          for j in range(self.n_out)])
+        last = Signal(name="last")
+        m.d.comb += [first.eq(k == 0), last.eq(run & (k == f.r_in - 1))]
+        ctrl = [first, last, g]
+        # -- stage 1: ROM read (synchronous) and chunk register --------------------------
+        mul_keys = [key for key, (_, kind) in sorted(self.lanes.items()) if kind == "mul"]
+        coef: dict[tuple[int, int], Value] = {}
+        if mul_keys:
+            words = []
+            for st in range(f.steps):
+                word = 0
+                for li, key in enumerate(mul_keys):
+                    word |= (self.lanes[key][0][st] & ((1 << self.cw) - 1)) << (li * self.cw)
+                words.append(word)
+            attrs = {"ram_style": "block" if self.rom_block else "logic"}
+            rom = Memory(shape=unsigned(self.rom_width), depth=f.steps, init=words,
+                         attrs=attrs)
+            m.submodules.rom = rom
+            rp = rom.read_port(domain="sync")
+            m.d.comb += [rp.addr.eq(s), rp.en.eq(en)]
+            data = rp.data
+        xa = self.regs(m, sr[:f.c] + ctrl, "xa")
+        # -- stages 2-3: coefficients and chunk registered twice more (block RAM
+        # clock-to-out, and room for the placer to reach the DSP columns) --------------
+        if mul_keys:
+            cw = self.regs(m, self.regs(m, [data], "coef")[:1], "coefd")[0]
+            for li, key in enumerate(mul_keys):
+                coef[key] = cw[li * self.cw:(li + 1) * self.cw].as_signed()
+        xb = self.regs(m, self.regs(m, xa, "xb"), "xc")
+        xs, ctrl = xb[:f.c], xb[f.c:]
+        # -- stage 4: products, registered twice (DSP out, then near the tree) -----------
+        cols: list[list[Value]] = [[] for _ in range(f.m)]
+        keys = sorted(self.lanes)
+        prods = []
+        for (t, j) in keys:
+            col, kind = self.lanes[(t, j)]
+            if kind == "shift":
+                p, _ = const_mul(xs[t], col[0])
+            else:
+                p = xs[t] * coef[(t, j)]
+            prods.append(self._wrap(p << self.p_shift))
+        pr = self.regs(m, self.regs(m, prods + ctrl, "p"), "pd")
+        for (_t, j), v in zip(keys, pr[:len(keys)], strict=True):
+            cols[j].append(v)
+        ctrl = pr[len(keys):]
+        # -- adder tree, then the accumulator (which starts from the bias) ---------------
+        sums, ctrl = self._tree(m, cols, self.tree_flags, ctrl)
+        fst, lst, gg = ctrl
+        biases = [[self.bias[gi * f.m + j] if gi * f.m + j < self.n_out else 0
+                   for j in range(f.m)] for gi in range(f.r_out)]
+        if f.r_out == 1:
+            bsel: list[Value] = [Const(b) for b in biases[0]]
+        else:
+            bsel = [Signal(signed(self.mod), name=f"bias{j}") for j in range(f.m)]
+            with m.Switch(gg):
+                for gi in range(f.r_out):
+                    with m.Case(gi):
+                        m.d.comb += [bsel[j].eq(biases[gi][j]) for j in range(f.m)]
+        acc = [Signal(signed(self.mod), name=f"acc{j}", reset_less=True) for j in range(f.m)]
+        with m.If(en):
+            m.d.sync += [acc[j].eq(fit(Mux(fst, bsel[j], acc[j]) + sums[j], self.mod, True))
+                         for j in range(f.m)]
+        cap = self.regs(m, [lst, gg], "cap")
+        # -- requantization into the group's output registers ----------------------------
+        outs, (cap_v, cap_g) = self._requant(m, list(acc), self.rq_flags[0], cap)
+        t = self.tout
+        y = [Signal(shape_of(t), name=f"y{j}", reset_less=True) for j in range(self.n_out)]
+        for gi in range(f.r_out):
+            write = en & cap_v & (cap_g == gi) if f.r_out > 1 else en & cap_v
+            with m.If(write):
+                m.d.sync += [y[gi * f.m + j].eq(fit(outs[j], t.width, t.signed))
+                             for j in range(f.m) if gi * f.m + j < self.n_out]
+        self.drive_y(m, y)

@@ -15,7 +15,7 @@ from typing import Any
 from ..graphs.pipeline import CompiledGraph
 from .arith import HdlError
 from .names import check_top_name
-from .top import DEFAULT_ADDER_LEVELS, build_top
+from .top import build_top
 
 _FF = re.compile(r"cell \$(?:a?dffe?|sdffe?|aldffe?|dffsre?) .*?\n(.*?)\n\s*end\n", re.S)
 _WIDTH = re.compile(r"parameter \\WIDTH (\d+)")
@@ -35,23 +35,23 @@ def register_bits(rtlil_text: str) -> int:
 
 
 def convert(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str | None = None,
-            top_name: str = "top", adder_levels: int = DEFAULT_ADDER_LEVELS
-            ) -> tuple[str, str, dict[str, Any]]:
+            top_name: str = "top", adder_levels: int | None = None,
+            pipeline: str | None = None) -> tuple[str, str, dict[str, Any]]:
     """(verilog text, rtlil text, info) in memory."""
     from amaranth.back import rtlil, verilog
 
     check_top_name(top_name)
     os.environ["AMARANTH_USE_YOSYS"] = "builtin"
     t0 = time.perf_counter()
-    top, info = build_top(compiled, reuse, adder_levels)
+    top, info = build_top(compiled, reuse, adder_levels, pipeline)
     il = rtlil.convert(top, name=top_name, emit_src=False)
     to_verilog = getattr(verilog, "_convert_rtlil_text", None)
     if to_verilog is not None:  # what verilog.convert does, without elaborating twice
         v = to_verilog(il)
     else:
-        top, _ = build_top(compiled, reuse, adder_levels)
+        top, _ = build_top(compiled, reuse, adder_levels, pipeline)
         v = verilog.convert(top, name=top_name, emit_src=False)
-    info = {"top": top_name, **info, "adder_levels": adder_levels,
+    info = {"top": top_name, **info,
             "register_bits": register_bits(il), "verilog_lines": v.count("\n"),
             "files": {"verilog": f"{top_name}.v", "rtlil": f"{top_name}.il",
                       "json": f"{top_name}.json"},
@@ -62,13 +62,14 @@ def convert(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str | None
 
 def export_verilog(compiled: CompiledGraph, out_dir: str | os.PathLike[str],
                    reuse: int | Mapping[str, int] | str | None = None, top_name: str = "top",
-                   adder_levels: int = DEFAULT_ADDER_LEVELS) -> dict[str, Any]:
+                   adder_levels: int | None = None, pipeline: str | None = None
+                   ) -> dict[str, Any]:
     """Write <top>.v, <top>.il and <top>.json (ports, packing, latency, II) into out_dir.
     Returns the JSON's content (plus `convert_s`, the conversion time, not written)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise HdlError(f"output path {str(out)!r} is a file, not a directory")
-    v, il, info = convert(compiled, reuse, top_name, adder_levels)
+    v, il, info = convert(compiled, reuse, top_name, adder_levels, pipeline)
     elapsed = info.pop("_convert_s")
     files = {f"{top_name}.v": v, f"{top_name}.il": il,
              f"{top_name}.json": json.dumps(info, indent=2, sort_keys=True) + "\n"}

@@ -1,14 +1,16 @@
 """`--reuse auto`: per-layer reuse factors that fit an FPGA profile at the least II.
 
-Estimates per Dense layer at reuse R (the structure of hdl/dense.py): R_in = min(R, N_in)
-chunks of c = ceil(N_in / R_in) inputs; time-shared multipliers counted exactly as the HDL
-does (`reuse.fold_multipliers`, which matches the cost ledger's count at R = 1); coefficient
-ROMs (R > 1) and adder trees in LUTs; products beyond the DSP budget become shift-add logic
-(the flow turns them into logic with yosys `booth`, see fpga.synthesize), costed in LUTs.
+Estimates per Dense layer at reuse R (the structure of hdl/dense.py, `reuse.Fold`): inputs
+folded first (R_in chunks of c inputs), then outputs when R > N_in (R_out groups of m);
+time-shared multipliers counted exactly as the HDL does (`reuse.fold_multipliers`, which
+matches the cost ledger's count at R = 1); coefficient ROMs (R > 1) in block RAM when at
+least 16 deep (else LUTs), adder trees in LUTs; products beyond the DSP budget become
+shift-add logic (the flow turns them into logic with yosys `booth`, see fpga.synthesize),
+costed in LUTs.
 
 Search: the model's II is the largest layer R. For II = 1, 2, … (each layer at
-min(II, N_in), its cheapest fold at that II) the first II whose estimate fits the budget
-(DSP blocks, and LUTs x `lut_margin` for routing headroom) wins; then each layer takes the
+min(II, N_in * N_out), its cheapest fold at that II) the first II whose estimate fits the budget
+(DSP blocks, block RAMs, and LUTs x `lut_margin` for routing headroom) wins; then each layer takes the
 smallest R <= II that still fits (lower latency). No fit even at the largest reuse: FitError
 naming the budget and the estimate.
 
@@ -19,6 +21,7 @@ product Wx x Wc ~ Wx*Wc LUT4, an adder of width W ~W LUT4 (carry chain).
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +44,8 @@ class LayerCost:
     lut_per_mul: int  # LUTs for one multiplier made of logic
     ff: int
     latency_extra: int
+    bram: int = 0
+    soft: bool = False  # products narrow enough that the flow builds them in logic
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -83,6 +88,10 @@ def dense_layers(compiled: Any) -> list[dict[str, Any]]:
     return out
 
 
+# block RAM as a ROM at its widest: ECP5 DP16KD 512 x 36, iCE40 SB_RAM40_4K 256 x 16
+BRAM_GEOMETRY = {"ecp5": (36, 512), "ice40": (16, 256)}
+
+
 def layer_cost(layer: dict[str, Any], r: int) -> LayerCost:
     from .reuse import fold_multipliers
 
@@ -91,89 +100,135 @@ def layer_cost(layer: dict[str, Any], r: int) -> LayerCost:
     wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
     mults = fold_multipliers(w, r)
     if r == 1:
+        from .dense import PIPELINES, csd
+
+        # the FPGA flow's "fmax" schedule: constants of few signed digits are shift-add
+        # leaves of the tree (no multiplier), products registered, 2 levels per stage
         nz = w != 0
-        terms = int(nz.sum()) + n_out
+        a = np.abs(w)
+        p2 = nz & ((a & (a - 1)) == 0)
+        ndig = np.vectorize(lambda v: len(csd(v)), otypes=[np.int64])(w)
+        sa = nz & ~p2 & (ndig <= PIPELINES["fmax"].csd_digits)
+        mults = int((nz & ~p2 & ~sa).sum())
+        terms = int(np.where(sa, ndig, nz.astype(np.int64)).sum()) + n_out
         adders = max(0, terms - n_out)
         lut = adders * acc + n_out * wo
         levels = max(1, math.ceil(math.log2(max(2, terms / max(1, n_out)))))
-        ff = n_out * wo + (levels // 4) * n_out * acc + n_in * 0
+        ff = n_out * wo + (levels // 2) * n_out * acc + mults * acc
         # constant products as shift-add: about half the bits of a generic product
-        return LayerCost(layer["node"], 1, mults, int(lut), max(1, wx * ww // 2), int(ff), 0)
-    r_in = min(r, n_in)
-    c = -(-n_in // r_in)
-    lanes = c * n_out
+        return LayerCost(layer["node"], 1, mults, int(lut), max(1, wx * ww // 2), int(ff), 0, 0)
+    from .dense import BRAM_MIN_DEPTH, FOLD_STAGES
+    from .reuse import fold_shape
+
+    f = fold_shape(n_in, n_out, r)
+    lanes = f.c * f.m
     cw = ww + 1
-    rom = lanes * cw * max(1, -(-r_in // 16)) * (1 if r_in <= 16 else 2)
-    tree = max(0, lanes - n_out) * acc
-    accum = n_out * acc * 2 + n_out * wo
-    lut = rom + tree + accum + r_in.bit_length() * 4
-    ff = r_in * c * wx + n_out * (acc + wo) + (max(1, math.ceil(math.log2(max(2, c)))) // 4) * lanes * acc
-    return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * cw), int(ff), r_in + 1)
+    width, depth = mults * cw, f.steps
+    if mults and depth >= BRAM_MIN_DEPTH:  # coefficient ROM in block RAM
+        bw, bd = layer.get("bram_geom", BRAM_GEOMETRY["ecp5"])
+        bram = max(-(-width // bw) * -(-depth // bd), -(-width * depth // (bw * bd)))
+        rom = 0
+    else:
+        bram = 0
+        rom = width * max(1, -(-depth // 16)) * (1 if depth <= 16 else 2)
+    tree = max(0, lanes - f.m) * acc
+    accum = f.m * acc * 2 + n_out * wo
+    lut = rom + tree + accum + depth.bit_length() * 6
+    levels = max(1, math.ceil(math.log2(max(2, f.c))))
+    ff = (f.r_in * f.c * wx + 3 * f.c * wx + 2 * width + 2 * lanes * acc + f.m * acc
+          + n_out * wo + (levels // 2) * lanes * acc)
+    return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * cw), int(ff),
+                     depth + FOLD_STAGES, int(bram))
 
 
-# measured / modelled LUTs for the digits MLP fully folded (R=64): iCE40 7168 LUT4 vs 5440
-# (fixed<4,2>), ECP5 9800 COMB vs 7492 (fixed<6,3>): the model leaves out control, muxing
-# and register-enable logic, so scale it.
-LUT_SCALE = 1.32
+# measured / modelled LUTs. Old folded structure, digits MLP at R=64: iCE40 7168 LUT4 vs
+# 5440 (fixed<4,2>), ECP5 9800 COMB vs 7492 (fixed<6,3>). Pipelined folds with block-RAM
+# ROMs (fixed<6,3>, ecp5-25k, nextpnr TRELLIS_COMB, a carry cell counts 2): R=64 6119 vs
+# 4397, R=16/16/6 25244 vs 19986. The model leaves out control, muxing, register-enable
+# and carry-packing logic, so scale it.
+LUT_SCALE = 1.75
+# R = 1 (constant products as shift-add / booth): digits MLP fixed<6,3> on ecp5-85k gave
+# 41k COMB against a raw model of 48.6k, the tiny MLP on ecp5-25k 3671 against 3460.
+R1_LUT_SCALE = 1.0
 
 
 def estimate(costs: list[LayerCost], dsp_budget: int) -> dict[str, int]:
     mults = sum(c.multipliers for c in costs)
-    dsp = min(mults, dsp_budget)
+    dsp = min(sum(c.multipliers for c in costs if not c.soft), dsp_budget)
     # the flow keeps the widest products in DSPs; assume the rest cost the layer average
     soft = mults - dsp
     per = (sum(c.lut_per_mul * c.multipliers for c in costs) / mults) if mults else 0
-    lut = int(LUT_SCALE * (sum(c.lut for c in costs) + soft * per))
+    lut = int(sum((LUT_SCALE if c.reuse > 1 else R1_LUT_SCALE) * c.lut for c in costs)
+              + LUT_SCALE * soft * per)
     return {"lut": int(lut), "ff": sum(c.ff for c in costs), "dsp": int(dsp),
+            "bram": sum(c.bram for c in costs),
             "multipliers": int(mults), "soft_multipliers": int(soft)}
 
 
 def _fits(est: dict[str, int], prof: dict[str, Any], margin: float, overhead: int) -> bool:
-    return est["lut"] + overhead <= prof["lut"] * margin and est["ff"] + overhead <= prof["ff"] * margin
+    return (est["lut"] + overhead <= prof["lut"] * margin
+            and est["ff"] + overhead <= prof["ff"] * margin
+            and est.get("bram", 0) <= int(prof.get("bram") or 0))
 
 
 def fit_reuse(compiled: Any, prof: dict[str, Any], lut_margin: float = 0.85,
               overhead_lut: int | None = None) -> FitPlan:
     """The least-II plan that fits `prof` (an FPGA profile dict with name, lut, ff, dsp)."""
     layers = dense_layers(compiled)
+    from .fpga import SOFT_MAX
+
+    geom = BRAM_GEOMETRY.get(prof.get("family", "ecp5"), BRAM_GEOMETRY["ecp5"])
+    narrow = SOFT_MAX.get(prof.get("family", "ecp5"), 0)
+    for lay in layers:
+        lay["bram_geom"] = geom
+        lay["soft"] = max(lay["wx"], lay["ww"] + 1) <= narrow
     name = prof.get("name", prof.get("title", "?"))
-    budget = {"lut": int(prof["lut"]), "ff": int(prof["ff"]), "dsp": int(prof["dsp"])}
+    budget = {"lut": int(prof["lut"]), "ff": int(prof["ff"]), "dsp": int(prof["dsp"]),
+              "bram": int(prof.get("bram") or 0)}
     if not layers:
-        return FitPlan({}, 1, name, budget, {"lut": 0, "ff": 0, "dsp": 0})
+        return FitPlan({}, 1, name, budget, {"lut": 0, "ff": 0, "dsp": 0, "bram": 0})
     # stream glue, other ops, the UART on small parts: a few hundred LUTs
     overhead = overhead_lut if overhead_lut is not None else 300
-    max_r = max(lay["w"].shape[0] for lay in layers)
     cache: dict[tuple[str, int], LayerCost] = {}
 
     def cost(lay: dict[str, Any], r: int) -> LayerCost:
         key = (lay["node"], r)
         if key not in cache:
             cache[key] = layer_cost(lay, r)
+            cache[key].soft = bool(lay["soft"])
         return cache[key]
 
+    # reuse factors that change a layer's fold: 1..N_in (input chunks), then N_in * k
+    # (k output groups); others cost the same as the next smaller one at a larger II
+    cands = {lay["node"]: list(range(1, lay["w"].shape[0] + 1))
+             + [lay["w"].shape[0] * k for k in range(2, lay["w"].shape[1] + 1)]
+             for lay in layers}
+
+    def at_most(node: str, ii: int) -> int:
+        c = cands[node]
+        return c[bisect.bisect_right(c, ii) - 1]
+
     best = None
-    for ii in range(1, max_r + 1):
-        plan = {lay["node"]: min(ii, lay["w"].shape[0]) for lay in layers}
-        if ii > 1 and all(plan[lay["node"]] < ii for lay in layers):
-            break  # no layer can fold further
+    for ii in sorted({r for c in cands.values() for r in c}):
+        plan = {lay["node"]: at_most(lay["node"], ii) for lay in layers}
         est = estimate([cost(lay, plan[lay["node"]]) for lay in layers], budget["dsp"])
         if _fits(est, prof, lut_margin, overhead):
-            best = (ii, plan)
+            best = (max(plan.values()), plan)
             break
     if best is None:
-        plan = {lay["node"]: lay["w"].shape[0] for lay in layers}
+        plan = {lay["node"]: lay["w"].size for lay in layers}
         est = estimate([cost(lay, plan[lay["node"]]) for lay in layers], budget["dsp"])
         raise FitError(
             f"model {getattr(compiled.graph, 'name', '?')} at {compiled.options.get('precision')} "
             f"does not fit {name} even at the largest reuse ({', '.join(f'{k}={v}' for k, v in plan.items())}, "
             f"II {max(plan.values())}): estimated {est['lut'] + overhead} LUT and {est['ff']} FF "
             f"against a budget of {int(budget['lut'] * lut_margin)} LUT ({lut_margin:.0%} of "
-            f"{budget['lut']}), {budget['ff']} FF, {budget['dsp']} DSP; try a narrower "
+            f"{budget['lut']}), {budget['ff']} FF, {budget['dsp']} DSP, {budget['bram']} BRAM; try a narrower "
             f"--precision or a larger device")
     ii, plan = best
     # lower latency: each layer takes the smallest R <= II that still fits
     for lay in sorted(layers, key=lambda x: x["w"].size):
-        for r in range(1, plan[lay["node"]]):
+        for r in [c for c in cands[lay["node"]] if c < plan[lay["node"]]]:
             trial = dict(plan, **{lay["node"]: r})
             est = estimate([cost(x, trial[x["node"]]) for x in layers], budget["dsp"])
             if _fits(est, prof, lut_margin, overhead):

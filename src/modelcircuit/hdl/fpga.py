@@ -59,6 +59,11 @@ UTIL_CELLS = {
 }
 DSP_MIN = {"ice40": (2, 2, 11), "ecp5": (2, 2, 0)}  # mul2dsp A/B/Y min widths per family
 DSP_MAX = {"ice40": 16, "ecp5": 18}
+# ECP5: yosys does not absorb registers into MULT18X18D, so a DSP product costs its 3.9 ns
+# combinational delay plus the routes to and from the DSP rows, which nextpnr does not pull
+# its registers close to (digits R=64 on ecp5-25k: 4.2 + 3.9 + 3.7 ns = 81 MHz). Products
+# this narrow are faster (and nearly as small) as shift-add logic placed with the adder tree.
+SOFT_MAX = {"ice40": 0, "ecp5": 8}
 TAIL_LINES = 15
 
 
@@ -318,9 +323,11 @@ def synthesize(design: Path, prof: dict[str, Any], work: Path, runner: Runner,
         shutil.copy(design, work / design.name)
     runner.run("yosys-prep", "yosys", ["-s", "prep.ys"], work)
     muls = parse_muls((work / "muls.txt").read_text())
-    need = [(dsp_blocks(m, fam), m) for m in muls]
+    narrow = SOFT_MAX.get(fam, 0)
+    soft: list[str] = [m["name"] for m in muls if max(m["a"], m["b"]) <= narrow]
+    muls_d = [m for m in muls if max(m["a"], m["b"]) > narrow]
+    need = [(dsp_blocks(m, fam), m) for m in muls_d]
     want = sum(n for n, _ in need)
-    soft: list[str] = []
     if want > budget:  # keep the widest in DSPs, the rest become shift-add logic
         used = 0
         for n, m in sorted(need, key=lambda t: (-t[1]["a"] * t[1]["b"], t[1]["name"])):
@@ -346,7 +353,8 @@ def synthesize(design: Path, prof: dict[str, Any], work: Path, runner: Runner,
     runner.run("yosys-synth", "yosys", ["-s", "synth.ys"], work)
     st = parse_stat(work / "stat.json")
     st["multipliers"] = {"total": len(muls), "dsp_eligible": sum(1 for n, _ in need if n),
-                         "dsp_blocks_wanted": want, "to_logic": len(soft_sel), "dsp_budget": budget}
+                         "dsp_blocks_wanted": want, "to_logic": len(soft_sel), "dsp_budget": budget,
+                         "narrow_to_logic": len(muls) - len(muls_d)}
     return st
 
 
@@ -487,10 +495,13 @@ def resolve_reuse(compiled: Any, reuse: Any, prof: dict[str, Any] | None) -> Any
     return reuse
 
 
-def model_component(compiled: Any, reuse: Any) -> tuple[Any, dict[str, Any]]:
+def model_component(compiled: Any, reuse: Any, pipeline: str | None = "fmax",
+                    adder_levels: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """The model for the FPGA flow: by default the "fmax" register schedule (products in a
+    stage of their own, 2 adder levels per stage, requantization pipelined)."""
     from . import build_top
 
-    return build_top(compiled, reuse=reuse)
+    return build_top(compiled, reuse=reuse, adder_levels=adder_levels, pipeline=pipeline)
 
 
 def _wrap_uart(core: Any, info: dict[str, Any], clk_hz: float, baud: int = 115200) -> Any:
@@ -510,7 +521,8 @@ def _model_summary(info: dict[str, Any], fmax: float | None) -> dict[str, Any]:
 
 def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
               board: str | None = None, progress: Progress = None,
-              target_mhz: float | None = None) -> dict[str, Any]:
+              target_mhz: float | None = None, pipeline: str | None = "fmax",
+              adder_levels: int | None = None) -> dict[str, Any]:
     """Out-of-context (board=None) or board build of a compiled model into `out` (which
     must be a fresh directory). Writes report.json, report.txt, logs/. Returns the report."""
     out = Path(out)
@@ -521,7 +533,7 @@ def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
     if hasattr(plan, "reuse"):
         fit, plan = plan.to_json(), plan.reuse
         runner.say(f"[fit] reuse {plan} (II {fit['ii']}), estimate {fit['estimate']}")
-    core, info = model_component(compiled, plan)
+    core, info = model_component(compiled, plan, pipeline, adder_levels)
     what = f"model {getattr(compiled.graph, 'name', '?')} (reuse {plan})"
     if board is not None:
         from .boards import build_board
@@ -539,12 +551,14 @@ def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
     rep["model"] = {"name": getattr(compiled.graph, "name", None),
                     "graph_id": getattr(compiled, "graph_id", None),
                     "precision": compiled.options.get("precision"),
-                    "reuse": plan, **_model_summary(info, rep["fmax_mhz"])}
+                    "reuse": plan, "pipeline": info.get("pipeline"),
+                    "adder_levels": info.get("adder_levels"),
+                    **_model_summary(info, rep["fmax_mhz"])}
     if fit is not None:
         rep["model"]["fit"] = fit
     if isinstance(info.get("layers"), list):
         rep["model"]["layers"] = [{k: v for k, v in lay.items() if k in (
-            "node", "op", "reuse", "ii", "latency", "multipliers", "shifts")}
+            "node", "op", "reuse", "ii", "latency", "multipliers", "shifts", "fold")}
             for lay in info["layers"] if lay.get("op") == "Dense"]
     rep["tool_wall_s"] = dict(runner.times)
     write_reports(rep, out)
@@ -615,16 +629,22 @@ def run_flow(compiled: Any, hdl_dir: Path, fpga_dir: Path, progress: Progress = 
     part of the report for the manifest."""
     prof = fpga_profile(device or getattr(compiled, "profile", None))
     js = Path(hdl_dir) / "top.json"
-    if reuse is None and js.exists():  # build what export_verilog wrote: its per-layer reuse
-        layers = json.loads(js.read_text()).get("layers", [])
-        plan = {lay["node"]: int(lay["reuse"]) for lay in layers if lay.get("op") == "Dense"}
-        reuse = plan or None
-    rep = run_model(compiled, prof, Path(fpga_dir), reuse=reuse, progress=progress)
+    pipeline, levels = "fmax", None
+    if js.exists():  # build what export_verilog wrote: its per-layer reuse and schedule
+        d = json.loads(js.read_text())
+        pipeline, levels = d.get("pipeline", pipeline), d.get("adder_levels")
+        if reuse is None:
+            plan = {lay["node"]: int(lay["reuse"]) for lay in d.get("layers", [])
+                    if lay.get("op") == "Dense"}
+            reuse = plan or None
+    rep = run_model(compiled, prof, Path(fpga_dir), reuse=reuse, progress=progress,
+                    pipeline=pipeline, adder_levels=levels)
     return _stable(rep)
 
 
 def build(compiled: Any, device: str, out: Path, board: str | None = None, reuse: Any = None,
-          progress: Progress = None) -> dict[str, Any]:
+          progress: Progress = None, pipeline: str | None = "fmax",
+          adder_levels: int | None = None) -> dict[str, Any]:
     """`modelcircuit build`: out-of-context or board build into `out`, atomically."""
     prof = fpga_profile(device)
     if board is not None:
@@ -632,7 +652,9 @@ def build(compiled: Any, device: str, out: Path, board: str | None = None, reuse
 
         board_for(board, prof)  # fail fast on a bad board/device pair
     return _atomic_dir(Path(out), lambda d: run_model(compiled, prof, d, reuse=reuse,
-                                                      board=board, progress=progress))
+                                                      board=board, progress=progress,
+                                                      pipeline=pipeline,
+                                                      adder_levels=adder_levels))
 
 
 def build_from_args(a: argparse.Namespace) -> int:

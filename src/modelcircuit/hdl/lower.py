@@ -15,7 +15,7 @@ from amaranth.hdl import Mux, Value
 from ..graphs.ir import Graph, Node
 from ..graphs.types import FixedType, parse_type
 from .arith import HdlError, check_fixed, const_mul, relu, requantize
-from .dense import Dense
+from .dense import PIPELINES, Dense, Pipeline
 from .unit import Unit
 from .units import Elementwise, Lut, Softmax, Wiring, threshold_fn
 
@@ -24,6 +24,7 @@ from .units import Elementwise, Lut, Softmax, Wiring, threshold_fn
 class Options:
     reuse: dict[str, int]  # Dense node name -> reuse factor (missing: 1)
     adder_levels: int = 4
+    pipeline: Pipeline = PIPELINES["latency"]
 
 
 def _t(g: Graph, name: str, node: Node) -> FixedType:
@@ -67,7 +68,8 @@ def lower_dense(g: Graph, node: Node, opt: Options) -> Unit:
                        f"match the input of {g.tensor(x).size} elements")
     return Dense(tx, w, _t(g, wn, node), None if bn is None else np.asarray(g.constants[bn]),
                  None if bn is None else _t(g, bn, node), tout, parse_type(acc),
-                 bool(node.get("relu", False)), opt.reuse.get(node.name, 1), opt.adder_levels)
+                 bool(node.get("relu", False)), opt.reuse.get(node.name, 1), opt.adder_levels,
+                 opt.pipeline)
 
 
 def _elementwise(g: Graph, node: Node, fn: Callable[[list[list[Value]]], list[Value]],

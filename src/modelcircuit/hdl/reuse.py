@@ -1,10 +1,11 @@
 """Reuse factors per Dense layer (hls4ml's ReuseFactor): R=1 fully parallel, II=1; R>1
-time-shares about N/R multipliers, II=R. `auto` picks, per layer, the smallest R whose
-multipliers fit the layer's share of the FPGA profile's DSP blocks."""
+time-shares about N/R multipliers, II=R (the inputs are folded first, then the outputs).
+`auto` is fit.fit_reuse against the compiled graph's FPGA profile (default ecp5-85k)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,44 +25,97 @@ def _check(r: Any, where: str, limit: int) -> int:
     return int(r)
 
 
-def fold_multipliers(w: np.ndarray, r: int) -> int:
-    """Time-shared multipliers of a Dense with weights w (N_in, N_out) at reuse r."""
-    n_in = w.shape[0]
-    r_in = min(r, n_in)
-    c = -(-n_in // r_in)
-    pad = np.zeros((r_in * c, w.shape[1]), dtype=np.int64)
-    pad[:n_in] = w
-    lanes = pad.reshape(r_in, c, -1)  # chunk, lane, output
-    if r == 1:
-        a = np.abs(w)
-        return int(((a != 0) & ((a & (a - 1)) != 0)).sum())
+@dataclass(frozen=True)
+class Fold:
+    """How a Dense of weights (N_in, N_out) is time-shared at reuse r (hdl/dense.py).
+
+    r <= N_in: R_in = r chunks of c = ceil(N_in / r) inputs, every output at once
+    (m = N_out output lanes, R_out = 1). r > N_in: the inputs are walked once per output
+    group, R_in = N_in, c = 1, and the outputs are folded too: R_out = min(N_out, r // N_in)
+    groups of m = ceil(N_out / R_out) outputs. Steps = R_in * R_out <= r; the step
+    s = g * R_in + k feeds input chunk k to output group g. Each lane (t, j') multiplies
+    input t of the chunk by the coefficient of output g*m + j' at every step."""
+
+    r: int
+    r_in: int
+    c: int
+    r_out: int
+    m: int
+
+    @property
+    def steps(self) -> int:
+        return self.r_in * self.r_out
+
+
+def fold_shape(n_in: int, n_out: int, r: int) -> Fold:
+    if r <= n_in:
+        r_in = max(1, r)
+        return Fold(r, r_in, -(-n_in // r_in), 1, n_out)
+    r_out = max(1, min(n_out, r // n_in))
+    return Fold(r, n_in, 1, r_out, -(-n_out // r_out))
+
+
+def fold_lanes(w: np.ndarray, f: Fold) -> np.ndarray:
+    """Coefficients per lane and step: array (steps, c, m), zero where padded."""
+    n_in, n_out = w.shape
+    pad = np.zeros((f.r_in * f.c, f.r_out * f.m), dtype=np.int64)
+    pad[:n_in, :n_out] = w
+    # pad[k*c + t, g*m + j] -> lanes[g*R_in + k, t, j]
+    a = pad.reshape(f.r_in, f.c, f.r_out, f.m).transpose(2, 0, 1, 3)
+    return a.reshape(f.steps, f.c, f.m)
+
+
+def lane_kinds(lanes: np.ndarray) -> np.ndarray:
+    """Per lane (c, m): 0 = always zero, 1 = the same power of two (a shift), 2 = multiplier."""
     nonzero = (lanes != 0).any(axis=0)
     same = (lanes == lanes[0:1]).all(axis=0)
     a = np.abs(lanes[0])
-    pow2 = same & ((a & (a - 1)) == 0)
-    return int((nonzero & ~pow2).sum())
+    pow2 = same & (a != 0) & ((a & (a - 1)) == 0)
+    return np.where(~nonzero, 0, np.where(pow2, 1, 2))
 
 
-def _auto(compiled: CompiledGraph, dense: dict[str, np.ndarray]) -> dict[str, int]:
-    from ..graphs.profiles import get_profile
+def fold_multipliers(w: np.ndarray, r: int) -> int:
+    """Time-shared multipliers of a Dense with weights w (N_in, N_out) at reuse r."""
+    if r == 1:
+        a = np.abs(w)
+        return int(((a != 0) & ((a & (a - 1)) != 0)).sum())
+    f = fold_shape(w.shape[0], w.shape[1], r)
+    return int((lane_kinds(fold_lanes(np.asarray(w, dtype=np.int64), f)) == 2).sum())
 
-    if not compiled.profile:
-        return {n: 1 for n in dense}
-    prof = get_profile(compiled.profile)
-    dsp = prof.get("dsp") if isinstance(prof, Mapping) else getattr(prof, "dsp", None)
-    if not dsp:
-        return {n: 1 for n in dense}
-    full = {n: max(1, fold_multipliers(w, 1)) for n, w in dense.items()}
-    total = sum(full.values())
-    out = {}
-    for n, w in dense.items():
-        budget = max(1, int(dsp * full[n] / total))
-        limit = w.shape[0]  # folding is over the inputs: a larger R saves nothing more
-        r = 1
-        while r < limit and fold_multipliers(w, r) > budget:
-            r += 1
-        out[n] = r
-    return out
+
+DEFAULT_FIT_DEVICE = "ecp5-85k"
+
+
+def fit_profile(compiled: CompiledGraph) -> dict[str, Any]:
+    """The FPGA profile `--reuse auto` fits: the compiled graph's profile when it is an FPGA
+    with LUT/FF/DSP figures, else ecp5-85k."""
+    from ..graphs.profiles import all_profiles
+
+    profs = all_profiles()
+    name = compiled.profile
+    p = profs.get(name) if name else None
+    if not (p and p.get("kind") == "fpga" and all(p.get(k) for k in ("lut", "ff", "dsp"))):
+        name, p = DEFAULT_FIT_DEVICE, profs[DEFAULT_FIT_DEVICE]
+    return dict(p, name=name)
+
+
+def auto_plan(compiled: CompiledGraph) -> tuple[dict[str, int], dict[str, Any]]:
+    """`--reuse auto`: the plan of fit.fit_reuse (the one used everywhere: export, inspect,
+    the FPGA flow) for the compiled graph's FPGA profile. Returns (reuse per Dense, fit
+    block for the JSON)."""
+    from .fit import fit_reuse
+
+    plan = fit_reuse(compiled, fit_profile(compiled))
+    return dict(plan.reuse), plan.to_json()
+
+
+def resolve_plan(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str
+                 ) -> tuple[dict[str, int], dict[str, Any] | None]:
+    """(Dense node name -> validated reuse factor, the fit block when reuse was 'auto')."""
+    if isinstance(reuse, str) and reuse == "auto":
+        plan, fit = auto_plan(compiled)
+        return resolve_reuse(compiled, plan), fit
+    return resolve_reuse(compiled, reuse), None
 
 
 def resolve_reuse(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str) -> dict[str, int]:
@@ -76,7 +130,7 @@ def resolve_reuse(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str)
             except ValueError:
                 raise HdlError(f"reuse must be an integer or 'auto', got {reuse!r}") from None
         else:
-            return _auto(compiled, dense)
+            return resolve_plan(compiled, reuse)[0]
     if isinstance(reuse, Mapping):
         unknown = sorted(set(reuse) - set(dense))
         if unknown:
