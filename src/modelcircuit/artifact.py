@@ -89,7 +89,8 @@ def write_atomic(out: Path, fill: Callable[[Path], None]) -> Path:
 
 
 def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
-                   reuse: Any = None, progress: Callable[[str], None] | None = None) -> Path:
+                   reuse: Any = None, progress: Callable[[str], None] | None = None,
+                   hdl_options: dict[str, Any] | None = None) -> Path:
     if target not in TARGETS:
         raise GraphError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
 
@@ -102,7 +103,7 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
         elif target in ("verilog", "fpga"):
             from .hdl import export_verilog
 
-            hdl = export_verilog(compiled, d / "hdl", reuse=reuse)
+            hdl = export_verilog(compiled, d / "hdl", reuse=reuse, **(hdl_options or {}))
             hdl.pop("convert_s", None)  # a timing: kept out so the manifest is reproducible
             extra["hdl"] = hdl
             if target == "fpga":

@@ -97,7 +97,8 @@ def cmd_compile(a: argparse.Namespace) -> int:
     check_out_path(out)  # before any work: a bad --out fails fast
     compiled = compile_from_args(a)
     write_compiled(compiled, out, a.target, reuse=parse_reuse(a.reuse),
-                   progress=lambda s: print(s, file=sys.stderr))
+                   progress=lambda s: print(s, file=sys.stderr),
+                   hdl_options={"pipeline": a.pipeline, "adder_levels": a.adder_levels})
     print(f"compiled {compiled.graph.name} -> {out}  (graph id {compiled.graph_id[:16]}, "
           f"target {a.target})")
     return 0
@@ -166,6 +167,9 @@ def _precision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reuse", help="reuse factor N or 'auto' (HDL)")
     p.add_argument("--profile", help="hardware profile (see `modelcircuit profiles`)")
     p.add_argument("--table-bits", type=int, default=10, help="lookup-table index bits")
+    p.add_argument("--pipeline", choices=["latency", "fmax"],
+                   help="HDL register schedule (default: fmax with an FPGA profile, else latency)")
+    p.add_argument("--adder-levels", type=int, help="HDL adder-tree levels per register stage")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -676,7 +676,9 @@ def build_from_args(a: argparse.Namespace) -> int:
                + (f"-{a.board}" if a.board else ""))
     try:
         rep = build(compiled, prof["name"], out, board=a.board,
-                    reuse=reuse if reuse is not None else "auto", progress=say)
+                    reuse=reuse if reuse is not None else "auto", progress=say,
+                    pipeline=getattr(a, "pipeline", None) or "fmax",
+                    adder_levels=getattr(a, "adder_levels", None))
     except FlowError as e:
         if e.tail:
             say("last lines of the tool's log:")
