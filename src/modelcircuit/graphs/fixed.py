@@ -41,6 +41,8 @@ def shift_round(q: np.ndarray, s: int, rounding: Rounding) -> np.ndarray:
 def clamp(q: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """np.clip for int64 codes, in two passes that allocate once (np.clip is slower here)."""
     out = np.maximum(q, np.int64(lo))
+    if not isinstance(out, np.ndarray) or out.ndim == 0:  # 0-d inputs give numpy scalars
+        return np.asarray(np.minimum(out, np.int64(hi)))
     return np.minimum(out, np.int64(hi), out=out)
 
 
