@@ -15,8 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import fixed as fx
 from ..ir import Graph, GraphError, Node, Tensor, prune
-from ..types import FixedType, parse_type
+from ..types import FixedType
 from ._util import splice
+from .accumulators import dense_range
 
 MAX_CODES = 1 << 20
 
@@ -55,11 +56,16 @@ def _to_onnx(g: Graph, chain: list[Node], channels: int) -> onnx.ModelProto:
 
 
 def _input_range(g: Graph, src: str, t: FixedType) -> tuple[int, int]:
+    """The codes the chain can see: a Dense's exact accumulator range (from its constant
+    weights), else the whole range of the input type."""
     p = g.producer(src)
-    if p is not None and p.op == "Dense" and p.get("acc"):
-        a = parse_type(p.get("acc"))
-        if a == t:
-            return t.qmin, t.qmax
+    if p is not None and p.op == "Dense" and p.get("exact"):
+        ts = [g.tensor(i).dtype for i in p.inputs]
+        b = g.constants[p.inputs[2]] if len(p.inputs) > 2 else None
+        lo, hi, frac = dense_range(ts[0], g.constants[p.inputs[1]], b,
+                                   ts[2] if len(ts) > 2 else None, ts[1])
+        if frac == t.frac:
+            return max(lo, t.qmin), min(hi, t.qmax)
     return t.qmin, t.qmax
 
 
