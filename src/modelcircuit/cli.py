@@ -167,6 +167,9 @@ def _precision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reuse", help="reuse factor N or 'auto' (HDL)")
     p.add_argument("--profile", help="hardware profile (see `modelcircuit profiles`)")
     p.add_argument("--table-bits", type=int, default=10, help="lookup-table index bits")
+
+
+def _hdl_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", choices=["latency", "fmax"],
                    help="HDL register schedule (default: fmax with an FPGA profile, else latency)")
     p.add_argument("--adder-levels", type=int, help="HDL adder-tree levels per register stage")
@@ -185,6 +188,7 @@ def make_parser() -> argparse.ArgumentParser:
     _model_arg(c)
     c.add_argument("--target", choices=["golden", "gpu", "verilog", "fpga"], default="golden")
     _precision_args(c)
+    _hdl_args(c)
     c.add_argument("--out", help="artifact directory")
     c.set_defaults(fn=cmd_compile)
     i = sub.add_parser("inspect", help="per-node table: op, shapes, types, cost")
@@ -208,6 +212,7 @@ def make_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="FPGA build to a bitstream")
     _model_arg(b)
     _precision_args(b)
+    _hdl_args(b)
     b.add_argument("--device", required=True)
     b.add_argument("--board")
     b.add_argument("--out")
