@@ -154,12 +154,7 @@ def _softmax(im: _Importer, node: onnx.NodeProto) -> None:
     shp = _shape(im, x)
     axis = _attrs(node).get("axis", 1 if im.opset < 13 else -1)
     rank = len(shp) + 1
-    ax = axis + rank if axis < 0 else axis
-    if not 0 <= ax < rank:
-        raise im.err(node, f"Softmax axis {axis} is out of range for a rank-{rank} tensor")
-    if ax == 0:
-        raise im.err(node, f"Softmax over axis {axis} of a rank-{rank} tensor would mix the "
-                     "samples of a batch (dimension 0 is the batch)")
+    ax = _batch_axis(im, node, axis, rank) + 1  # a Softmax over dimension 0 mixes samples
     out = node.output[0]
     if im.opset < 13:
         inner = (int(np.prod(shp[:ax - 1], dtype=np.int64)),) if ax > 1 else ()
