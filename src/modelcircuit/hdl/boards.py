@@ -110,7 +110,8 @@ def build_board(core: Any, info: dict[str, Any], prof: dict[str, Any], board: st
     plat = platform(board)
     clk_hz = float(plat.default_clk_frequency)
     wrapper = UartWrapper(core, in_bits=len(core.i.payload), out_bits=len(core.o.payload),
-                          divisor=round(clk_hz / BAUD), frame_timeout=int(clk_hz // 10))
+                          divisor=round(clk_hz / BAUD), frame_timeout=int(clk_hz // 10),
+                          ii=int(info.get("ii") or 1))
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     runner.say(f"[platform] elaborating {what} for {spec['title']}")

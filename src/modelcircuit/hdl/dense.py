@@ -31,7 +31,9 @@ delay plus the long routes to and from the DSP columns otherwise set the clock),
 pipelined tree per output lane, then an accumulator that starts from the bias; at the end
 of a group the accumulators are requantized into that group's output registers. A new
 vector is accepted every R cycles (II = R, steps R_in * R_out <= R).
-Latency = steps + FOLD_STAGES (7) + tree registers + requantization registers.
+Latency = steps + FOLD_STAGES (7) + tree registers + requantization registers. The "area"
+preset (iCE40) drops the extra coefficient, chunk and product registers (LEAN_FOLD_STAGES,
+4): on a small part every register fed by a register is a logic cell of its own.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from .unit import Unit
 BRAM_MIN_DEPTH = 16  # coefficient ROMs at least this deep go to block RAM
 # folded: load, ROM read, 2 coefficient/chunk registers, 2 product registers, accumulator
 FOLD_STAGES = 7
+# lean folded (small, slow parts): load, ROM read, one product register, accumulator
+LEAN_FOLD_STAGES = 4
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,18 @@ class Pipeline:
     mul_levels: int | None = 1  # None: the products are registered on their own
     requant_levels: int = 0
     csd_digits: int = 0  # R=1: constants with at most this many signed digits -> shift-add
+    # area first (iCE40: every flip-flop is a logic cell unless a LUT drives it): folded
+    # layers without the extra coefficient/chunk/product registers, folded units load on
+    # the input handshake itself, and long valid chains become counters (hdl/top.py)
+    lean: bool = False
+
+    @property
+    def fold_stages(self) -> int:
+        return LEAN_FOLD_STAGES if self.lean else FOLD_STAGES
 
 
-PIPELINES = {"latency": Pipeline(4, 1, 0, 0), "fmax": Pipeline(2, None, 1, 3)}
+PIPELINES = {"latency": Pipeline(4, 1, 0, 0), "fmax": Pipeline(2, None, 1, 3),
+             "area": Pipeline(4, 1, 0, 0, lean=True)}
 
 
 def csd(c: int) -> list[tuple[int, int]]:
@@ -146,7 +159,8 @@ class Dense(Unit):
             self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
             self.tree_regs = sum(self.tree_flags)
             self.rq_flags = plan_stages(rq, L)
-            self.latency = f.steps + FOLD_STAGES + self.tree_regs + sum(self.rq_flags)
+            self.latency = (f.steps + self.pipe.fold_stages + self.tree_regs
+                            + sum(self.rq_flags))
             mul_lanes = [v[0] for v in self.lanes.values() if v[1] == "mul"]
             self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
             self.rom_width = self.cw * len(mul_lanes)
@@ -287,11 +301,12 @@ class Dense(Unit):
         xa = self.regs(m, sr[:f.c] + ctrl, "xa")
         # -- stages 2-3: coefficients and chunk registered twice more (block RAM
         # clock-to-out, and room for the placer to reach the DSP columns) --------------
+        lean = self.pipe.lean
         if mul_keys:
-            cw = self.regs(m, self.regs(m, [data], "coef")[:1], "coefd")[0]
+            cw = data if lean else self.regs(m, self.regs(m, [data], "coef")[:1], "coefd")[0]
             for li, key in enumerate(mul_keys):
                 coef[key] = cw[li * self.cw:(li + 1) * self.cw].as_signed()
-        xb = self.regs(m, self.regs(m, xa, "xb"), "xc")
+        xb = xa if lean else self.regs(m, self.regs(m, xa, "xb"), "xc")
         xs, ctrl = xb[:f.c], xb[f.c:]
         # -- stage 4: products, registered twice (DSP out, then near the tree) -----------
         cols: list[list[Value]] = [[] for _ in range(f.m)]
@@ -304,7 +319,9 @@ class Dense(Unit):
             else:
                 p = xs[t] * coef[(t, j)]
             prods.append(self._wrap(p << self.p_shift))
-        pr = self.regs(m, self.regs(m, prods + ctrl, "p"), "pd")
+        pr = self.regs(m, prods + ctrl, "p")
+        if not lean:
+            pr = self.regs(m, pr, "pd")
         for (_t, j), v in zip(keys, pr[:len(keys)], strict=True):
             cols[j].append(v)
         ctrl = pr[len(keys):]

@@ -277,7 +277,8 @@ def _report(prof: dict[str, Any], st: dict[str, Any], pnr: dict[str, Any], runne
 
 
 # -- model-level entry points --------------------------------------------------------------
-def resolve_reuse(compiled: Any, reuse: Any, prof: dict[str, Any] | None) -> Any:
+def resolve_reuse(compiled: Any, reuse: Any, prof: dict[str, Any] | None,
+                  pipeline: str | None = None) -> Any:
     """int | {node: int} for build_top; "auto" runs the fit against the profile."""
     if reuse is None:
         reuse = compiled.options.get("reuse", 1) if hasattr(compiled, "options") else 1
@@ -286,16 +287,20 @@ def resolve_reuse(compiled: Any, reuse: Any, prof: dict[str, Any] | None) -> Any
             raise FlowError("--reuse auto needs an FPGA device (--device or --profile)")
         from .fit import fit_reuse
 
-        return fit_reuse(compiled, prof)
+        return fit_reuse(compiled, prof, pipeline=pipeline)
     return reuse
 
 
-def model_component(compiled: Any, reuse: Any, pipeline: str | None = "fmax",
-                    adder_levels: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """The model for the FPGA flow: by default the "fmax" register schedule (products in a
-    stage of their own, 2 adder levels per stage, requantization pipelined)."""
+def model_component(compiled: Any, reuse: Any, pipeline: str | None = None,
+                    adder_levels: int | None = None, prof: dict[str, Any] | None = None
+                    ) -> tuple[Any, dict[str, Any]]:
+    """The model for the FPGA flow. Default register schedule: the device's
+    (top.default_pipeline: "area" on iCE40, "fmax" on ECP5)."""
     from . import build_top
+    from .top import default_pipeline
 
+    if pipeline is None:
+        pipeline = default_pipeline(prof["name"] if prof else getattr(compiled, "profile", None))
     return build_top(compiled, reuse=reuse, adder_levels=adder_levels, pipeline=pipeline)
 
 
@@ -303,7 +308,7 @@ def _wrap_uart(core: Any, info: dict[str, Any], clk_hz: float, baud: int = 11520
     from .uart import UartWrapper
 
     return UartWrapper(core, in_bits=len(core.i.payload), out_bits=len(core.o.payload),
-                       divisor=max(4, round(clk_hz / baud)))
+                       divisor=max(4, round(clk_hz / baud)), ii=int(info.get("ii") or 1))
 
 
 def _model_summary(info: dict[str, Any], fmax: float | None) -> dict[str, Any]:
@@ -316,19 +321,19 @@ def _model_summary(info: dict[str, Any], fmax: float | None) -> dict[str, Any]:
 
 def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
               board: str | None = None, progress: Progress = None,
-              target_mhz: float | None = None, pipeline: str | None = "fmax",
+              target_mhz: float | None = None, pipeline: str | None = None,
               adder_levels: int | None = None) -> dict[str, Any]:
     """Out-of-context (board=None) or board build of a compiled model into `out` (which
     must be a fresh directory). Writes report.json, report.txt, logs/. Returns the report."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runner = Runner(out / "logs", progress)
-    plan = resolve_reuse(compiled, reuse, prof)
+    plan = resolve_reuse(compiled, reuse, prof, pipeline)
     fit = None
     if hasattr(plan, "reuse"):
         fit, plan = plan.to_json(), plan.reuse
         runner.say(f"[fit] reuse {plan} (II {fit['ii']}), estimate {fit['estimate']}")
-    core, info = model_component(compiled, plan, pipeline, adder_levels)
+    core, info = model_component(compiled, plan, pipeline, adder_levels, prof)
     what = f"model {getattr(compiled.graph, 'name', '?')} (reuse {plan})"
     if board is not None:
         from .boards import build_board
@@ -384,7 +389,7 @@ def run_flow(compiled: Any, hdl_dir: Path, fpga_dir: Path, progress: Progress = 
     part of the report for the manifest."""
     prof = fpga_profile(device or getattr(compiled, "profile", None))
     js = Path(hdl_dir) / "top.json"
-    pipeline, levels = "fmax", None
+    pipeline, levels = None, None
     if js.exists():  # build what export_verilog wrote: its per-layer reuse and schedule
         d = json.loads(js.read_text())
         pipeline, levels = d.get("pipeline", pipeline), d.get("adder_levels")
@@ -398,7 +403,7 @@ def run_flow(compiled: Any, hdl_dir: Path, fpga_dir: Path, progress: Progress = 
 
 
 def build(compiled: Any, device: str, out: Path, board: str | None = None, reuse: Any = None,
-          progress: Progress = None, pipeline: str | None = "fmax",
+          progress: Progress = None, pipeline: str | None = None,
           adder_levels: int | None = None) -> dict[str, Any]:
     """`modelcircuit build`: out-of-context or board build into `out`, atomically."""
     prof = fpga_profile(device)
@@ -432,7 +437,7 @@ def build_from_args(a: argparse.Namespace) -> int:
     try:
         rep = build(compiled, prof["name"], out, board=a.board,
                     reuse=reuse if reuse is not None else "auto", progress=say,
-                    pipeline=getattr(a, "pipeline", None) or "fmax",
+                    pipeline=getattr(a, "pipeline", None),
                     adder_levels=getattr(a, "adder_levels", None))
     except FlowError as e:
         if e.tail:

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from amaranth.hdl import Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -38,18 +38,25 @@ DEFAULT_ADDER_LEVELS = PIPELINES["latency"].adder_levels  # 4
 FPGA_ADDER_LEVELS = PIPELINES["fmax"].adder_levels
 
 
+def default_pipeline(profile: str | None) -> str:
+    """The register schedule for a profile: "area" on iCE40 (5k logic cells, 24 MHz: every
+    register costs a cell, speed is plentiful), "fmax" on other FPGAs (>= 100 MHz on an
+    ECP5), else "latency" (fewest cycles: the jet tagger at R=1 in 12)."""
+    if profile:
+        from ..graphs.profiles import all_profiles
+
+        p = all_profiles().get(profile, {})
+        if p.get("kind") == "fpga":
+            return "area" if p.get("family") == "ice40" else "fmax"
+    return "latency"
+
+
 def resolve_pipeline(compiled: CompiledGraph, pipeline: str | None, adder_levels: int | None
                      ) -> tuple[str, Pipeline]:
-    """The register schedule preset and adder levels per stage. Default: "fmax" (aims at
-    >= 100 MHz on an ECP5) when the graph was compiled for an FPGA profile, else "latency"
-    (fewest cycles: the jet tagger at R=1 in 13)."""
+    """The register schedule preset and adder levels per stage (default: default_pipeline of
+    the graph's profile)."""
     if pipeline is None:
-        pipeline = "latency"
-        if compiled.profile:
-            from ..graphs.profiles import all_profiles
-
-            if all_profiles().get(compiled.profile, {}).get("kind") == "fpga":
-                pipeline = "fmax"
+        pipeline = default_pipeline(compiled.profile)
     if pipeline not in PIPELINES:
         raise HdlError(f"pipeline must be one of {', '.join(sorted(PIPELINES))}, got {pipeline!r}")
     pipe = PIPELINES[pipeline]
@@ -78,6 +85,7 @@ class ModelTop(wiring.Component):
             raise HdlError(f"graph {g.name!r}: the HDL backend needs exactly one input and one "
                            f"output, got {len(g.inputs)} and {len(g.outputs)}")
         self.pipeline, pipe = resolve_pipeline(compiled, pipeline, adder_levels)
+        self.lean = pipe.lean
         self.adder_levels = pipe.adder_levels
         if reuse is None:
             reuse = compiled.options.get("reuse", 1)
@@ -90,8 +98,8 @@ class ModelTop(wiring.Component):
             acts = g.activations(node)
             unit = lower_node(g, node, opt)
             t0 = max(time[a] for a in acts) if acts else 0
-            if unit.ii > 1:  # a folded unit loads on `start`: a register, never the
-                t0 = max(t0, 1)  # input handshake itself (its fan-out set the ECP5 clock)
+            if unit.ii > 1 and not pipe.lean:  # a folded unit loads on `start`: a register,
+                t0 = max(t0, 1)  # not the input handshake itself (its fan-out set the ECP5 clock)
             self.units.append((instance_name(idx, node.name), node, unit, t0))
             time[node.outputs[0]] = t0 + unit.latency
         self.time = time
@@ -121,12 +129,34 @@ class ModelTop(wiring.Component):
                          "ready both high; o__valid does not depend on o__ready",
         }
 
+    def _valid(self, m: Module, en: Signal, accept: Signal) -> dict[int, Value]:
+        """The input handshake delayed to every time a unit starts and to the output:
+        {time: pulse}. A chain of registers; with the lean schedule a long stretch is a few
+        down-counters instead (pulses are at least II enabled cycles apart, so at most
+        ceil(D / II) are in flight over a delay of D)."""
+        need = sorted({t0 for _, _, _, t0 in self.units} | {self.latency})
+        valid: dict[int, Value] = {0: accept}
+        last = 0
+        for t in need:
+            if t == last:
+                continue
+            d = t - last
+            k = -(-d // self.ii) + 1
+            if self.lean and k * (1 + d.bit_length()) * 2 < d:
+                valid[t] = delay_pulse(m, en, valid[last], d, k, f"vd{t}")
+            else:
+                for u in range(last + 1, t + 1):
+                    r = Signal(name=f"v{u}")
+                    with m.If(en):
+                        m.d.sync += r.eq(valid[u - 1])
+                    valid[u] = r
+            last = t
+        return valid
+
     def elaborate(self, platform: object) -> Module:
         m = Module()
         en, accept = Signal(), Signal()
-        valid = [accept] + [Signal(name=f"v{t}") for t in range(1, self.latency + 1)]
-        with m.If(en):
-            m.d.sync += [valid[t].eq(valid[t - 1]) for t in range(1, self.latency + 1)]
+        valid = self._valid(m, en, accept)
         # output skid buffer (2 entries, bypassed when empty): the clock enable depends on
         # its fill level (a register) only, not combinationally on o.ready
         width = self.output_info["width"]
@@ -134,11 +164,11 @@ class ModelTop(wiring.Component):
         head = Signal(width, name="obuf0", reset_less=True)
         tail = Signal(width, name="obuf1", reset_less=True)
         pipe_out = Signal(width, name="pipe_out")
-        m.d.comb += [en.eq(count < 2), self.o.valid.eq((count != 0) | valid[-1]),
+        m.d.comb += [en.eq(count < 2), self.o.valid.eq((count != 0) | valid[self.latency]),
                      self.o.payload.eq(Mux(count != 0, head, pipe_out))]
         pop = self.o.valid & self.o.ready
         push = Signal(name="obuf_push")
-        m.d.comb += push.eq(valid[-1] & en & ~((count == 0) & self.o.ready))
+        m.d.comb += push.eq(valid[self.latency] & en & ~((count == 0) & self.o.ready))
         with m.Switch(count):
             with m.Case(0):
                 with m.If(push):
@@ -188,6 +218,30 @@ class ModelTop(wiring.Component):
         out = self.graph.outputs[0]
         m.d.comb += pipe_out.eq(get(out, self.latency))
         return m
+
+
+def delay_pulse(m: Module, en: Value, pulse: Value, d: int, slots: int, name: str) -> Value:
+    """`pulse` delayed by d enabled cycles, for pulses at least ceil(d / (slots - 1))
+    enabled cycles apart: `slots` down-counters taken in turn."""
+    wp = Signal(range(slots), name=f"{name}_wp")
+    act = [Signal(name=f"{name}_a{i}") for i in range(slots)]
+    cnt = [Signal(range(d), name=f"{name}_c{i}", reset_less=True) for i in range(slots)]
+    out = Signal(name=name)
+    m.d.comb += out.eq(Cat(*[a & (c == 0) for a, c in zip(act, cnt, strict=True)]).any())
+    with m.If(en):
+        for i in range(slots):
+            with m.If(act[i]):
+                with m.If(cnt[i] == 0):
+                    m.d.sync += act[i].eq(0)
+                with m.Else():
+                    m.d.sync += cnt[i].eq(cnt[i] - 1)
+        with m.If(pulse):
+            m.d.sync += wp.eq(Mux(wp == slots - 1, 0, wp + 1))
+            with m.Switch(wp):
+                for i in range(slots):
+                    with m.Case(i):
+                        m.d.sync += [act[i].eq(1), cnt[i].eq(d - 1)]
+    return out
 
 
 def build_top(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str | None = None,

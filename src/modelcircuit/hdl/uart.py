@@ -11,11 +11,15 @@ Byte protocol (8N1, default 115200 baud; the line idles high):
   of the vectors.
 * Framing is by count. A frame left incomplete for `frame_timeout` clock cycles (default
   ~0.1 s on a board) is dropped, so a host that lost sync waits that long and starts again.
-* The host may send the next vector while the previous one is computing (one vector is
-  buffered); when the answers cannot be sent as fast as vectors arrive, the model stalls
-  through its stream backpressure and further input bytes are dropped only if the host runs
-  more than one whole vector ahead. A stop-and-wait host (send a vector, read its answer)
-  never loses data.
+* The host may send the next vector while the previous one is computing; when the answers
+  cannot be sent as fast as vectors arrive, the model stalls through its stream
+  backpressure and a vector whose bytes arrive while the previous one still waits for the
+  model is dropped whole (framing is kept). With `buffered` (the default when an answer is
+  longer than a question, or the model's II is longer than a frame) one more whole vector
+  is held, so only a host running more than one vector ahead loses one. Without it the
+  model takes each vector as it completes (its II has passed since the last one, a frame
+  earlier), so a host streaming vectors back to back never loses one either. A stop-and-wait host (send a vector, read
+  its answer) never loses data.
 
 Ports: `rx` In(1), `tx` Out(1). The model core is any `wiring.Component` with members `i`
 (In, amaranth.lib.stream) and `o` (Out, stream).
@@ -114,11 +118,17 @@ class UartWrapper(wiring.Component):
     """The model core behind a UART (see the module docstring for the byte protocol)."""
 
     def __init__(self, core: Any, in_bits: int, out_bits: int, divisor: int,
-                 frame_timeout: int | None = None):
+                 frame_timeout: int | None = None, buffered: bool | None = None,
+                 ii: int = 1):
         self.core = core
         self.in_bits, self.out_bits = int(in_bits), int(out_bits)
         self.n_in, self.n_out = frame_bytes(in_bits), frame_bytes(out_bits)
         self.divisor = int(divisor)
+        # a second input buffer costs a register per payload bit (on an iCE40 a logic cell
+        # each): only where the model could not keep up with the line without it. It takes
+        # a vector at most II cycles after the last one, which came a whole frame earlier
+        self.buffered = bool(buffered if buffered is not None else
+                             self.n_out > self.n_in or int(ii) > 10 * self.divisor * self.n_in)
         # default: ~ 1000 byte times (~0.1 s at 115200 baud)
         self.frame_timeout = int(frame_timeout if frame_timeout is not None
                                  else self.divisor * 10 * 1000)
@@ -127,7 +137,7 @@ class UartWrapper(wiring.Component):
     def protocol(self) -> dict[str, Any]:
         return {"format": "8N1", "divisor": self.divisor, "input_bytes": self.n_in,
                 "output_bytes": self.n_out, "byte_order": "little-endian payload",
-                "frame_timeout_cycles": self.frame_timeout}
+                "frame_timeout_cycles": self.frame_timeout, "buffered": self.buffered}
 
     def elaborate(self, platform: Any) -> Module:
         m = Module()
@@ -141,26 +151,43 @@ class UartWrapper(wiring.Component):
         acc = Signal(nb)
         cnt = Signal(range(self.n_in + 1))
         idle = Signal(range(self.frame_timeout + 1))
-        hold = Signal(nb)
         full = Signal()
-        with m.If(full & core.i.ready):
+        take = full & core.i.ready
+        with m.If(take):
             m.d.sync += full.eq(0)
+        new = Cat(acc[8:], urx.data) if self.n_in > 1 else urx.data
+        if self.buffered:
+            hold = Signal(nb)
+            with m.If(urx.valid):
+                with m.If(cnt == self.n_in - 1):
+                    with m.If(~full | take):  # else the host ran a whole vector ahead
+                        m.d.sync += [hold.eq(new), full.eq(1)]
+                with m.Else():
+                    m.d.sync += acc.eq(new)
+        else:
+            hold = acc
+            lost = Signal()  # a byte of this frame came while the last vector waited
+            with m.If(urx.valid):
+                with m.If(~full | take):
+                    m.d.sync += acc.eq(new)
+                with m.Else():
+                    m.d.sync += lost.eq(1)
+                with m.If(cnt == self.n_in - 1):
+                    m.d.sync += [full.eq(~(lost | (full & ~take))), lost.eq(0)]
+            with m.Elif((cnt != 0) & (idle == self.frame_timeout)):
+                m.d.sync += lost.eq(0)
         with m.If(urx.valid):
             m.d.sync += idle.eq(0)
-            new = Cat(acc[8:], urx.data) if self.n_in > 1 else urx.data
             with m.If(cnt == self.n_in - 1):
-                with m.If(~full | core.i.ready):  # else the host ran a whole vector ahead
-                    m.d.sync += [hold.eq(new), full.eq(1)]
                 m.d.sync += cnt.eq(0)
             with m.Else():
-                m.d.sync += [acc.eq(new), cnt.eq(cnt + 1)]
+                m.d.sync += cnt.eq(cnt + 1)
         with m.Elif(cnt != 0):
             with m.If(idle == self.frame_timeout):
                 m.d.sync += [cnt.eq(0), idle.eq(0)]
             with m.Else():
                 m.d.sync += idle.eq(idle + 1)
         m.d.comb += [core.i.valid.eq(full), core.i.payload.eq(hold[:self.in_bits])]
-
         # send: capture an output payload, then n_out bytes, lowest first
         ob = self.n_out * 8
         osh = Signal(ob)
