@@ -66,10 +66,13 @@ class FitPlan:
     budget: dict[str, int]
     estimate: dict[str, int]
     layers: list[dict[str, Any]] = field(default_factory=list)
+    lut_unit: str = "LUT4"
+    margin: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"reuse": dict(self.reuse), "ii": self.ii, "device": self.device,
                 "budget": dict(self.budget), "estimate": dict(self.estimate),
+                "lut_unit": self.lut_unit, "margin": self.margin,
                 "layers": list(self.layers)}
 
 
@@ -233,8 +236,10 @@ def fit_reuse(compiled: Any, prof: dict[str, Any], lut_margin: float | None = No
     name = prof.get("name", prof.get("title", "?"))
     budget = {"lut": int(prof["lut"]), "ff": int(prof["ff"]), "dsp": int(prof["dsp"]),
               "bram": int(prof.get("bram") or 0)}
+    unit = "logic cells (LUT4 + FF)" if family == "ice40" else "LUT4"
     if not layers:
-        return FitPlan({}, 1, name, budget, {"lut": 0, "ff": 0, "dsp": 0, "bram": 0})
+        return FitPlan({}, 1, name, budget, {"lut": 0, "ff": 0, "dsp": 0, "bram": 0},
+                       lut_unit=unit, margin=lut_margin)
     # stream glue, other ops, the UART on small parts: a few hundred LUTs (iCE40: in the
     # estimate's wrapper term)
     overhead = overhead_lut if overhead_lut is not None else (0 if family == "ice40" else 300)
@@ -286,4 +291,5 @@ def fit_reuse(compiled: Any, prof: dict[str, Any], lut_margin: float | None = No
     costs = [cost(x, plan[x["node"]]) for x in layers]
     est = estimate(costs, budget["dsp"], family, io)
     est["lut"] += overhead
-    return FitPlan(plan, max(plan.values()), name, budget, est, [c.to_json() for c in costs])
+    return FitPlan(plan, max(plan.values()), name, budget, est, [c.to_json() for c in costs],
+                   lut_unit=unit, margin=lut_margin)
