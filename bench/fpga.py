@@ -1,13 +1,16 @@
 """FPGA benchmark (slow: whole-model synthesis and place-and-route, minutes per model).
 
 Jet tagger three_layer_keras at fixed<16,6> and qkeras_jettagging at its own (QONNX) types,
-on ecp5-85k with --reuse auto, out of context: reuse per layer, II, latency in cycles, Fmax,
+on ecp5-85k with --reuse auto, out of context (`name@device` picks another device; the
+bundled digits_mlp runs at fixed<6,3>, calibrated on its test split; on an iCE40 inside the
+UART wrapper): reuse per layer, II, latency in cycles, Fmax,
 latency in ns, LUT/FF/DSP/BRAM and the wall time of each tool, beside hls4ml's published
 figures for the same model (13 cycles, II 1, 3915 DSP at 200 MHz on xczu3eg — which has 360
 DSPs, so that design does not fit that part). Prints a table and writes JSON
 (bench/results/fpga.json by default).
 
-Run: .venv/bin/python bench/fpga.py [--models three_layer_keras,qkeras_jettagging]
+Run: .venv/bin/python bench/fpga.py [--models digits_mlp@ice40-up5k,digits_mlp@ecp5-25k,
+                                             three_layer_keras,qkeras_jettagging]
      [--device ecp5-85k] [--json FILE] [--keep DIR]
 """
 
@@ -33,15 +36,26 @@ MODELS = ROOT.parent / "shared" / "models"
 HLS4ML = {"model": "three_layer_keras (jet tagger)", "latency_cycles": 13, "ii": 1, "dsp": 3915,
           "clock_mhz": 200, "device": "xczu3eg (360 DSP: does not fit)",
           "source": "hls4ml paper / tutorial, fixed<16,6>, ReuseFactor 1"}
-PRECISION = {"three_layer_keras": "fixed<16,6>", "qkeras_jettagging": None}
+PRECISION = {"three_layer_keras": "fixed<16,6>", "qkeras_jettagging": None,
+             "digits_mlp": "fixed<6,3>"}
+DATA = ROOT / "src" / "modelcircuit" / "data"
+
+
+def model_path(name: str) -> Path:
+    return DATA / f"{name}.onnx" if (DATA / f"{name}.onnx").exists() else MODELS / f"{name}.onnx"
 
 
 def run_one(name: str, device: str, keep: Path | None) -> dict:
-    g = mc.load_onnx(MODELS / f"{name}.onnx")
+    import numpy as np
+
+    g = mc.load_onnx(model_path(name))
+    cal = None
+    if name == "digits_mlp":  # calibrated: 96.9 % test accuracy at fixed<6,3>, as float
+        cal = np.load(DATA / "digits_test.npz")["x"].astype(np.float32)
     t0 = time.perf_counter()
-    c = compile(g, precision=PRECISION.get(name), profile=device)
+    c = compile(g, precision=PRECISION.get(name), profile=device, calibrate=cal)
     compile_s = time.perf_counter() - t0
-    out = (keep or Path(tempfile.mkdtemp(prefix="bench-fpga-"))) / name
+    out = (keep or Path(tempfile.mkdtemp(prefix="bench-fpga-"))) / f"{name}-{device}"
     try:
         rep = fpga.build(c, device, out, reuse="auto",
                          progress=lambda s: print(f"  {name}: {s}", file=sys.stderr, flush=True))
@@ -60,28 +74,30 @@ def run_one(name: str, device: str, keep: Path | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="three_layer_keras,qkeras_jettagging")
+    ap.add_argument("--models", default="digits_mlp@ice40-up5k,digits_mlp@ecp5-25k,"
+                    "three_layer_keras,qkeras_jettagging")
     ap.add_argument("--device", default="ecp5-85k")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "fpga.json"))
     ap.add_argument("--keep", help="keep the build directories here")
     a = ap.parse_args(argv)
     rows = []
-    for name in a.models.split(","):
-        if not (MODELS / f"{name}.onnx").exists():
-            print(f"skip {name}: {MODELS / (name + '.onnx')} is absent", file=sys.stderr)
+    for item in a.models.split(","):
+        name, _, device = item.partition("@")
+        if not model_path(name).exists():
+            print(f"skip {name}: {model_path(name)} is absent", file=sys.stderr)
             continue
-        rows.append(run_one(name, a.device, Path(a.keep) if a.keep else None))
-    hdr = f"{'model':20s} {'II':>4s} {'cycles':>6s} {'Fmax':>7s} {'lat ns':>8s} {'LUT':>7s} {'FF':>7s} {'DSP':>4s} {'BRAM':>4s}  reuse / tool s"
+        rows.append(run_one(name, device or a.device, Path(a.keep) if a.keep else None))
+    hdr = f"{'model':20s} {'device':11s} {'II':>4s} {'cycles':>6s} {'Fmax':>7s} {'lat ns':>8s} {'LUT':>7s} {'FF':>7s} {'DSP':>4s} {'BRAM':>4s}  reuse / tool s"
     print(hdr)
     for r in rows:
         if "error" in r:
-            print(f"{r['model']:20s} error: {r['error']}")
+            print(f"{r['model']:20s} {r['device']:11s} error: {r['error']}")
             continue
-        print(f"{r['model']:20s} {r['ii']:>4} {r['latency_cycles']:>6} {r['fmax_mhz']:>7.1f} "
+        print(f"{r['model']:20s} {r['device']:11s} {r['ii']:>4} {r['latency_cycles']:>6} {r['fmax_mhz']:>7.1f} "
               f"{r['latency_ns']:>8.1f} {r['lut']:>7} {r['ff']:>7} {r['dsp']:>4} {r['bram']:>4}  "
               f"{r['reuse']} / {r['tool_wall_s']}")
     h = HLS4ML
-    print(f"{'hls4ml (published)':20s} {h['ii']:>4} {h['latency_cycles']:>6} {h['clock_mhz']:>7.1f} "
+    print(f"{'hls4ml (published)':20s} {'xczu3eg':11s} {h['ii']:>4} {h['latency_cycles']:>6} {h['clock_mhz']:>7.1f} "
           f"{1e3 * h['latency_cycles'] / h['clock_mhz']:>8.1f} {'-':>7} {'-':>7} {h['dsp']:>4} {'-':>4}  {h['device']}")
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps({"rows": rows, "hls4ml": HLS4ML}, indent=1, default=str) + "\n")
