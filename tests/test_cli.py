@@ -198,3 +198,21 @@ def test_compile_target_gpu_writes_kernels_deterministically(tmp_path):
     assert "__global__" in (a / "gpu" / "kernels.cu").read_text()
     m = json.loads((a / "manifest.json").read_text())
     assert 0 < m["memory"]["arena_bytes_per_sample"] <= m["memory"]["naive_bytes_per_sample"]
+
+
+def test_inspect_shows_the_fit_plan(tmp_path):
+    """`--reuse auto` for an iCE40: the plan's schedule and estimate (in logic cells) are
+    in `inspect`, the same numbers as hdl/top.json."""
+    out = tmp_path / "art"
+    r = mc("compile", "--target", "verilog", "--profile", "ice40-up5k", "--precision",
+           "fixed<6,3>", "--reuse", "auto", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    top = json.loads((out / "hdl" / "top.json").read_text())
+    r = mc("inspect", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"II {top['ii']}, area schedule" in r.stdout
+    fit = top["fit"]
+    assert fit["device"] == "ice40-up5k" and fit["lut_unit"].startswith("logic cells")
+    assert (f"estimate {fit['estimate']['lut']} logic cells (LUT4 + FF) of 5280 (fits within 85%)"
+            in r.stdout)
+    assert fit["estimate"]["lut"] <= 0.85 * 5280 and top["ii"] == max(fit["reuse"].values())

@@ -70,7 +70,15 @@ def render_text(r: dict[str, Any]) -> str:
                     f"{m['naive_bytes_per_sample']} B/sample)")
     if r.get("hdl"):
         h = r["hdl"]
-        tail.append(f"circuit latency {h.get('latency')} cycles, II {h.get('ii')}")
+        tail.append(f"circuit latency {h.get('latency')} cycles, II {h.get('ii')}"
+                    + (f", {h['pipeline']} schedule" if h.get("pipeline") else ""))
+        f = h.get("fit")
+        if f:
+            e, b = f.get("estimate", {}), f.get("budget", {})
+            tail.append(f"--reuse auto for {f.get('device')}: estimate {e.get('lut')} "
+                        f"{f.get('lut_unit', 'LUT4')} of {b.get('lut')} (fits within "
+                        f"{f.get('margin', 0):.0%}), {e.get('dsp')}/{b.get('dsp')} DSP, "
+                        f"{e.get('bram')}/{b.get('bram')} BRAM")
     return "\n".join(head + [line(cols)] + [line(t) for t in table] + tail)
 
 
