@@ -11,9 +11,10 @@ register is placed wherever the next step would push a stage past `adder_levels`
 (`plan_stages`). The steps are: the products (a real multiplier weighs `mul_levels`), the
 adder-tree levels (1 each), the accumulate (folded only), the rounding and the
 overflow/ReLU of the requantization (`requant_levels` each). The output register always
-follows. Preset "latency" (multiplier 1, requantization free, 4 levels) is the shortest
-schedule (the jet tagger at R=1 in 13 cycles); "fmax" (products alone in their stage, each
-requantization step one level, 2 levels per stage) aims at >= 100 MHz on an ECP5.
+follows. Preset "latency" (multiplier 1, requantization free, 4 levels, lean folds) is the
+shortest schedule (the jet tagger at R=1 in 12 cycles, R=2 in 31); "area" is the same with
+6 levels per stage (iCE40); "fmax" (products alone in their stage, each requantization step
+one level, 2 levels per stage, 7-stage folds) aims at >= 100 MHz on an ECP5.
 
 R = 1: one term per non-zero weight (zero weights cost nothing, a power of two is a shift,
 anything else a constant multiplier), the bias as one more term, then the adder tree. With
@@ -73,8 +74,11 @@ class Pipeline:
         return LEAN_FOLD_STAGES if self.lean else FOLD_STAGES
 
 
-PIPELINES = {"latency": Pipeline(4, 1, 0, 0), "fmax": Pipeline(2, None, 1, 3),
-             "area": Pipeline(4, 1, 0, 0, lean=True)}
+# "latency": fewest cycles (lean folds: the extra fold registers only help an ECP5 reach
+# its DSP columns); "area": the same with deeper stages (fewer registers; iCE40 at 24 MHz);
+# "fmax": >= 100 MHz on an ECP5.
+PIPELINES = {"latency": Pipeline(4, 1, 0, 0, lean=True), "fmax": Pipeline(2, None, 1, 3),
+             "area": Pipeline(6, 1, 0, 0, lean=True)}
 
 
 def csd(c: int) -> list[tuple[int, int]]:
