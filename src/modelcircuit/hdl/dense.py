@@ -12,7 +12,7 @@ register is placed wherever the next step would push a stage past `adder_levels`
 adder-tree levels (1 each), the accumulate (folded only), the rounding and the
 overflow/ReLU of the requantization (`requant_levels` each). The output register always
 follows. Preset "latency" (multiplier 1, requantization free, 4 levels, lean folds) is the
-shortest schedule (the jet tagger at R=1 in 12 cycles, R=2 in 31); "area" is the same with
+shortest schedule (the jet tagger at R=1 in 12 cycles, R=2 in 28); "area" is the same with
 6 levels per stage (iCE40); "fmax" (products alone in their stage, each requantization step
 one level, 2 levels per stage, 7-stage folds) aims at >= 100 MHz on an ECP5.
 
@@ -33,8 +33,9 @@ pipelined tree per output lane, then an accumulator that starts from the bias; a
 of a group the accumulators are requantized into that group's output registers. A new
 vector is accepted every R cycles (II = R, steps R_in * R_out <= R).
 Latency = steps + FOLD_STAGES (7) + tree registers + requantization registers. The "area"
-preset (iCE40) drops the extra coefficient, chunk and product registers (LEAN_FOLD_STAGES,
-4): on a small part every register fed by a register is a logic cell of its own.
+preset (iCE40) and "latency" drop the extra coefficient and chunk registers and plan the
+product register with the adder tree (LEAN_FOLD_STAGES, 3, + the planned registers): on a
+small part every register fed by a register is a logic cell of its own.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ from .unit import Unit
 BRAM_MIN_DEPTH = 16  # coefficient ROMs at least this deep go to block RAM
 # folded: load, ROM read, 2 coefficient/chunk registers, 2 product registers, accumulator
 FOLD_STAGES = 7
-# lean folded (small, slow parts): load, ROM read, one product register, accumulator
-LEAN_FOLD_STAGES = 4
+# lean folded: load, ROM read, accumulator; the product register is planned with the tree
+# (plan_stages: the product weighs `mul_levels`), so at most 4
+LEAN_FOLD_STAGES = 3
 
 
 @dataclass(frozen=True)
@@ -160,8 +162,13 @@ class Dense(Unit):
             self.multipliers = sum(1 for v in self.lanes.values() if v[1] == "mul")
             self.shifts = sum(1 for v in self.lanes.values() if v[1] == "shift")
             self.levels = tree_levels(f.c)
-            self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
-            self.tree_regs = sum(self.tree_flags)
+            if self.pipe.lean:  # product, tree levels, accumulate: registers as planned
+                flags = plan_stages([self.pipe.mul_levels or L] + [1] * self.levels + [1], L)
+                self.prod_reg, self.tree_flags = flags[0], flags[1:1 + self.levels]
+            else:  # products registered twice (DSP out, then near the tree)
+                self.prod_reg = True
+                self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
+            self.tree_regs = sum(self.tree_flags) + (self.pipe.lean and self.prod_reg)
             self.rq_flags = plan_stages(rq, L)
             self.latency = (f.steps + self.pipe.fold_stages + self.tree_regs
                             + sum(self.rq_flags))
@@ -323,7 +330,9 @@ class Dense(Unit):
             else:
                 p = xs[t] * coef[(t, j)]
             prods.append(self._wrap(p << self.p_shift))
-        pr = self.regs(m, prods + ctrl, "p")
+        pr = prods + ctrl
+        if self.prod_reg:
+            pr = self.regs(m, pr, "p")
         if not lean:
             pr = self.regs(m, pr, "pd")
         for (_t, j), v in zip(keys, pr[:len(keys)], strict=True):
