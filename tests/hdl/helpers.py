@@ -49,9 +49,10 @@ def golden(c: CompiledGraph, x: np.ndarray) -> np.ndarray:
 
 
 def check(c: CompiledGraph, x: np.ndarray, reuse=None, gap: float = 0.0,
-          backpressure: float = 0.0, seed: int = 0, adder_levels: int = 4):
+          backpressure: float = 0.0, seed: int = 0, adder_levels: int | None = None,
+          pipeline: str | None = None):
     """Simulate and compare with the golden model; returns (info, SimResult)."""
-    top, info = build_top(c, reuse, adder_levels=adder_levels)
+    top, info = build_top(c, reuse, adder_levels=adder_levels, pipeline=pipeline)
     res = simulate(top, info, x, gap=gap, backpressure=backpressure, seed=seed)
     want = golden(c, x)
     assert res.outputs.shape == want.shape, (res.outputs.shape, want.shape)

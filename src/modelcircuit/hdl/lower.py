@@ -173,7 +173,8 @@ def lower_softmax(g: Graph, node: Node, opt: Options) -> Unit:
     return Softmax(tin, n, _out(g, node)[0], np.asarray(g.constants[node.inputs[1]]), et,
                    node.get("exp_lo"), node.get("exp_shift"),
                    np.asarray(g.constants[node.inputs[2]]), rt, node.get("recip_lo"),
-                   node.get("recip_shift"))
+                   node.get("recip_shift"),
+                   deep=opt.pipeline.mul_levels is None)  # "fmax": products alone in a stage
 
 
 def lower_reshape(g: Graph, node: Node, opt: Options) -> Unit:

@@ -83,17 +83,20 @@ class Softmax(Unit):
     2. e = exp_table[index]                  (ROM output register)
     3. s = sum(e), reciprocal index -> r = recip_table[...] (ROM output register), e delayed
     4. requantize(e * r) to the output type  -> register
+    With `deep` (the "fmax" schedule) three more registers: after max(x) (x delayed), after
+    the sum (e delayed) and after the products; latency 7.
     """
 
     def __init__(self, tin: FixedType, n: int, tout: FixedType, exp_table: np.ndarray,
                  exp_t: FixedType, exp_lo: int, exp_shift: int, recip_table: np.ndarray,
-                 recip_t: FixedType, recip_lo: int, recip_shift: int):
+                 recip_t: FixedType, recip_lo: int, recip_shift: int, deep: bool = False):
         super().__init__([(tin, n)], (tout, n))
         self.n = n
         self.exp = (np.asarray(exp_table, dtype=np.int64), exp_t, int(exp_lo), int(exp_shift))
         self.rec = (np.asarray(recip_table, dtype=np.int64), recip_t, int(recip_lo),
                     int(recip_shift))
-        self.latency = 4
+        self.deep = bool(deep)
+        self.latency = 7 if self.deep else 4
         self.multipliers = n
 
     def elaborate(self, platform: object) -> Module:
@@ -102,14 +105,21 @@ class Softmax(Unit):
         rtab, rt, rlo, rsh = self.rec
         x = self.inputs()
         mx = _max_tree(x)
+        if self.deep:
+            *x, mx = self.regs(m, [*x, mx], "mx")
         idx = self.regs(m, [table_index(q - mx, elo, esh, len(etab)) for q in x], "ei")
         emem = _rom(m, "exp_table", etab, et)
         e = [_read(m, emem, a, self.en) for a in idx]
         s = sum(e[1:], Value.cast(e[0]))
+        if self.deep:
+            *e, s = self.regs(m, [*e, s], "s")
         rmem = _rom(m, "recip_table", rtab, rt)
         r = _read(m, rmem, table_index(s, rlo, rsh, len(rtab)), self.en)
         e3 = self.regs(m, e, "e")
-        self.out_regs(m, [requantize(v * r, et.frac + rt.frac, self.out_spec[0]) for v in e3])
+        prods = [v * r for v in e3]
+        if self.deep:
+            prods = self.regs(m, prods, "pr")
+        self.out_regs(m, [requantize(v, et.frac + rt.frac, self.out_spec[0]) for v in prods])
         return m
 
 
