@@ -123,7 +123,7 @@ def test_softmax(tin, n, pipeline):
     """"fmax" registers every level of the max and sum trees, x - max and the products too
     (the jet tagger's softmax set its clock on an ECP5)."""
     levels = (n - 1).bit_length()
-    latency = 4 if pipeline == "latency" else 2 * levels + 6
+    latency = 4 if pipeline == "latency" else 2 * levels + 8
     node = Node.make("sm", "Softmax", ["x"], ["y"])
     c = compiled_from([node], {"x": ((n,), tin), "y": ((n,), "fixed<16,6>")}, {}, ["x"], ["y"],
                       "softmax")

@@ -83,10 +83,11 @@ class Softmax(Unit):
     2. e = exp_table[index]                  (ROM output register)
     3. s = sum(e), reciprocal index -> r = recip_table[...] (ROM output register), e delayed
     4. requantize(e * r) to the output type  -> register
-    With `deep` (the "fmax" schedule) every level of the max and of the sum trees, x - max
-    and the products are registered too (the data they still need delayed alongside): the
-    jet tagger's softmax set its clock on an ECP5 (43 MHz on the sum into the reciprocal
-    ROM's address, then 53 MHz on the max tree).
+    With `deep` (the "fmax" schedule) every level of the max and of the sum trees, x - max,
+    both ROM outputs and the products are registered too (the data they still need delayed
+    alongside): the jet tagger's softmax set its clock on an ECP5 (43 MHz on the sum into
+    the reciprocal ROM's address, 53 MHz on the max tree, 75 MHz on the ROM output into
+    the multiplier).
     """
 
     def __init__(self, tin: FixedType, n: int, tout: FixedType, exp_table: np.ndarray,
@@ -99,8 +100,9 @@ class Softmax(Unit):
                     int(recip_shift))
         self.deep = bool(deep)
         self.levels = (n - 1).bit_length()  # pairwise tree levels over n elements
-        # deep: max levels, x - max, index, e, sum levels, r, products, output
-        self.latency = 2 * self.levels + 6 if self.deep else 4
+        # deep: max levels, x - max, index, e, e registered, sum levels, r, r registered,
+        # products, output
+        self.latency = 2 * self.levels + 8 if self.deep else 4
         self.multipliers = n
 
     def _reduce(self, m: Module, vals: list[Value], keep: list[Value], op, name: str
@@ -128,10 +130,14 @@ class Softmax(Unit):
         idx = self.regs(m, [table_index(v, elo, esh, len(etab)) for v in d], "ei")
         emem = _rom(m, "exp_table", etab, et)
         e = [_read(m, emem, a, self.en) for a in idx]
+        if self.deep:  # block RAM clock-to-out is 5.6 ns on an ECP5: nothing after it
+            e = self.regs(m, e, "eo")
         s, e = self._reduce(m, e, e, lambda a, b: a + b, "s")
         rmem = _rom(m, "recip_table", rtab, rt)
         r = _read(m, rmem, table_index(s, rlo, rsh, len(rtab)), self.en)
         e3 = self.regs(m, e, "e")
+        if self.deep:
+            *e3, r = self.regs(m, [*e3, r], "ro")
         prods = [v * r for v in e3]
         if self.deep:
             prods = self.regs(m, prods, "pr")
