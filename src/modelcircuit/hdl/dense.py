@@ -83,6 +83,13 @@ PIPELINES = {"latency": Pipeline(4, 1, 0, 0, lean=True), "fmax": Pipeline(2, Non
              "area": Pipeline(6, 1, 0, 0, lean=True)}
 
 
+def family_pipeline(family: str | None) -> str:
+    """The default schedule of an FPGA family: "area" on iCE40 (5k logic cells, 24 MHz:
+    every register costs a cell, speed is plentiful), "fmax" elsewhere (>= 100 MHz on an
+    ECP5)."""
+    return "area" if family == "ice40" else "fmax"
+
+
 def csd(c: int) -> list[tuple[int, int]]:
     """Canonical signed digits of c: [(+1 or -1, shift)], c == sum(d << k)."""
     out, k = [], 0

@@ -142,9 +142,6 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False) -> LayerCost:
         bram = 0
         rom = width * max(1, -(-depth // 16)) * (1 if depth <= 16 else 2)
     tree = max(0, lanes - f.m) * acc
-    accum = f.m * acc * 2 + n_out * wo
-    lut = rom + tree + accum + depth.bit_length() * 6
-    levels = max(1, math.ceil(math.log2(max(2, f.c))))
     if lean:
         # "area" schedule: input rotation (a mux per bit), one product register per lane,
         # the accumulators (carry chain), the requantization per lane and the output
@@ -154,6 +151,9 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False) -> LayerCost:
         lut = rom + tree + f.r_in * f.c * wx + 2 * f.m * acc + n_out * wo + 60
         return LayerCost(layer["node"], r, mults, int(lut), max(1, 2 * wx * cw), int(ff),
                          depth + LEAN_FOLD_STAGES, int(bram))
+    accum = f.m * acc * 2 + n_out * wo
+    lut = rom + tree + accum + depth.bit_length() * 6
+    levels = max(1, math.ceil(math.log2(max(2, f.c))))
     ff = (f.r_in * f.c * wx + 3 * f.c * wx + 2 * width + 2 * lanes * acc + f.m * acc
           + n_out * wo + (levels // 2) * lanes * acc)
     return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * cw), int(ff),
@@ -217,14 +217,14 @@ def fit_reuse(compiled: Any, prof: dict[str, Any], lut_margin: float | None = No
     """The least-II plan that fits `prof` (an FPGA profile dict with name, lut, ff, dsp)
     built with `pipeline` (default: the device's, top.default_pipeline)."""
     layers = dense_layers(compiled)
-    from .dense import PIPELINES
+    from .dense import PIPELINES, family_pipeline
     from .fpga import SOFT_MAX
 
     family = prof.get("family", "ecp5")
     if lut_margin is None:
         lut_margin = ICE40_MARGIN if family == "ice40" else ECP5_MARGIN
     if pipeline is None:
-        pipeline = "area" if family == "ice40" else "fmax"  # as top.default_pipeline
+        pipeline = family_pipeline(family)
     lean = PIPELINES[pipeline].lean if pipeline in PIPELINES else False
     io = (layers[0]["wx"] * layers[0]["w"].shape[0],
           layers[-1]["wo"] * layers[-1]["w"].shape[1]) if layers else (0, 0)

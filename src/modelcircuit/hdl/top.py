@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..graphs.pipeline import CompiledGraph
 from .arith import HdlError, check_fixed
-from .dense import PIPELINES, Pipeline
+from .dense import PIPELINES, Pipeline, family_pipeline
 from .lower import Options, lower_node
 from .names import instance_name
 from .reuse import resolve_plan
@@ -39,15 +39,14 @@ FPGA_ADDER_LEVELS = PIPELINES["fmax"].adder_levels
 
 
 def default_pipeline(profile: str | None) -> str:
-    """The register schedule for a profile: "area" on iCE40 (5k logic cells, 24 MHz: every
-    register costs a cell, speed is plentiful), "fmax" on other FPGAs (>= 100 MHz on an
-    ECP5), else "latency" (fewest cycles: the jet tagger at R=1 in 12)."""
+    """The register schedule for a profile: an FPGA's family default (dense.family_pipeline),
+    else "latency" (fewest cycles: the jet tagger at R=1 in 12)."""
     if profile:
         from ..graphs.profiles import all_profiles
 
         p = all_profiles().get(profile, {})
         if p.get("kind") == "fpga":
-            return "area" if p.get("family") == "ice40" else "fmax"
+            return family_pipeline(p.get("family"))
     return "latency"
 
 

@@ -145,13 +145,6 @@ class Softmax(Unit):
         return m
 
 
-def _max_tree(xs: list[Value]) -> Value:
-    while len(xs) > 1:
-        xs = [Mux(xs[i] >= xs[i + 1], xs[i], xs[i + 1]) if i + 1 < len(xs) else xs[i]
-              for i in range(0, len(xs), 2)]
-    return xs[0]
-
-
 def threshold_fn(thr: np.ndarray, steps: np.ndarray, base: np.ndarray, tout: FixedType
                  ) -> ElemFn:
     """reference.threshold: out[c] = base[c] + sum_k steps[c, k] * (x[c] >= thr[c, k])."""
