@@ -7,19 +7,26 @@ no timestamps, no timings, sorted keys.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .graphs.atomic import atomic_dir
+from .graphs.atomic import atomic_dir, check_out_dir, written_files
 from .graphs.cost import ledger, totals
-from .graphs.ir import GraphError
+from .graphs.identity import graph_id
+from .graphs.ir import Graph, GraphError
 from .graphs.pipeline import CompiledGraph
 from .graphs.profiles import get_profile
-from .graphs.serialize import dumps, graph_to_json, npz_bytes
+from .graphs.serialize import dumps, graph_to_json, load_artifact_graph, npz_bytes
+from .graphs.userio import regular_file, shown
 
 TARGETS = ("golden", "gpu", "verilog", "fpga")
+FORMAT = "modelcircuit-artifact/1"
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_ARTIFACT_FILE_BYTES = 4 << 30
 
 
 def tool_versions() -> dict[str, str]:
@@ -36,7 +43,7 @@ def manifest(compiled: CompiledGraph, target: str, extra: dict[str, Any] | None 
     prof = get_profile(compiled.profile) if compiled.profile else None
     rows = ledger(compiled.graph, prof)
     return {
-        "format": "modelcircuit-artifact/1",
+        "format": FORMAT,
         "graph_id": compiled.graph_id,
         "model": compiled.graph.name,
         "target": target,
@@ -52,24 +59,68 @@ def manifest(compiled: CompiledGraph, target: str, extra: dict[str, Any] | None 
     }
 
 
-def check_out_path(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise GraphError(f"--out {out} is a file, not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / "manifest.json").exists():
-        raise GraphError(f"--out {out} is a non-empty directory that is not a modelcircuit "
-                         "artifact; refusing to overwrite it")
-    parent = out.resolve().parent
-    if parent.exists() and not parent.is_dir():
-        raise GraphError(f"--out {out}: parent {parent} is not a directory")
+def check_out_path(out: Path | str) -> Path:
+    """A bad --out fails before any work (see graphs.atomic.check_out_dir)."""
+    return check_out_dir(out, "--out")
 
 
-def write_atomic(out: Path, fill: Callable[[Path], None]) -> Path:
+def write_atomic(out: Path | str, fill: Callable[[Path], None]) -> Path:
     """Build the artifact in a temp dir beside `out`, then swap it in. A failure leaves
     nothing behind (and an earlier artifact at `out` untouched)."""
-    out = Path(out)
-    check_out_path(out)
-    atomic_dir(out, fill)
-    return out
+    atomic_dir(Path(out), fill)
+    return Path(out)
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file of an artifact but the manifest (which holds these)."""
+    return {rel: hashlib.sha256((folder / rel).read_bytes()).hexdigest()
+            for rel in written_files(folder) if rel != "manifest.json"}
+
+
+def load_artifact(path: str | Path) -> tuple[Graph, dict[str, Any]]:
+    """Read an artifact back, refusing one that was edited: the manifest's format, every
+    file's sha256 against the manifest, no file missing or added, and the graph id
+    recomputed from graph.json + weights.npz + the options."""
+    p = Path(path)
+    where = shown(p)
+    mpath = p / "manifest.json"
+    regular_file(mpath, "artifact manifest", MAX_MANIFEST_BYTES)
+    try:
+        m = json.loads(mpath.read_bytes().decode("utf-8"))
+    except RecursionError:
+        raise GraphError(f"artifact {where}: manifest.json is nested too deeply") from None
+    except (OSError, ValueError) as e:
+        raise GraphError(f"artifact {where}: manifest.json is not valid JSON "
+                         f"({str(e).splitlines()[0]})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise GraphError(f"artifact {where}: manifest.json is not a modelcircuit manifest "
+                         f"(format {FORMAT!r} expected)")
+    files = m.get("files")
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in files.items()):
+        raise GraphError(f"artifact {where}: manifest.json lists no file hashes")
+    try:
+        present = set(written_files(p)) - {"manifest.json"}
+        for rel in sorted(set(files) | present):
+            if rel not in present:
+                raise GraphError(f"artifact {where}: {rel} is missing")
+            if rel not in files:
+                raise GraphError(f"artifact {where}: {rel} is not listed in its manifest")
+            f = p / rel
+            regular_file(f, f"artifact file {rel}", MAX_ARTIFACT_FILE_BYTES)
+            if hashlib.sha256(f.read_bytes()).hexdigest() != files[rel]:
+                raise GraphError(f"artifact {where}: {rel} was modified after compilation "
+                                 "(sha256 differs from the manifest)")
+    except OSError as e:
+        raise GraphError(f"artifact {where}: {e.strerror or e}") from None
+    graph, _ = load_artifact_graph(p)
+    options = m.get("options")
+    if not isinstance(options, dict) or not isinstance(m.get("graph_id"), str):
+        raise GraphError(f"artifact {where}: manifest.json lacks its options or graph id")
+    if graph_id(graph, options) != m["graph_id"]:
+        raise GraphError(f"artifact {where}: graph id in manifest.json does not match the graph "
+                         "and options it holds (edited manifest?)")
+    return graph, m
 
 
 def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
@@ -96,6 +147,7 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
                 extra["fpga"] = run_flow(compiled, d / "hdl", d / "fpga", progress=progress)
         (d / "graph.json").write_text(dumps(graph_to_json(compiled.graph)))
         (d / "weights.npz").write_bytes(npz_bytes(dict(compiled.graph.constants)))
+        extra["files"] = file_hashes(d)
         (d / "manifest.json").write_text(dumps(manifest(compiled, target, extra)))
 
     return write_atomic(out, fill)

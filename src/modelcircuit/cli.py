@@ -7,23 +7,33 @@ Exit codes: 0 success, 1 verification mismatch, 2 the user's input is wrong (one
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
-from importlib import resources
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-DEFAULT_MODEL = "digits_mlp.onnx"
+from .graphs.userio import DEFAULT_MODEL, bundled, load_array, parse_precision, shown
 
-
-def bundled(name: str) -> Path:
-    return Path(str(resources.files("modelcircuit").joinpath("data", name)))
+__all__ = ["DEFAULT_MODEL", "bundled", "load_inputs", "main", "make_parser", "parse_precision",
+           "parse_reuse"]
+EXIT_SIGINT, EXIT_SIGTERM, EXIT_INTERNAL = 130, 143, 70
+MAX_REUSE = 1 << 20
+MAX_VECTORS = 10_000_000  # verify: (N, input) arrays in memory, and RTL simulation time
 
 
 class UsageError(ValueError):
     """Bad command-line input (exit 2)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that `finally` blocks clean up as for Ctrl-C."""
 
 
 def _is_user_error(e: BaseException) -> bool:
@@ -31,45 +41,23 @@ def _is_user_error(e: BaseException) -> bool:
     return isinstance(e, ValueError) and (mod.startswith("modelcircuit") or mod == "__main__")
 
 
-def parse_precision(text: str | None) -> tuple[str | None, dict[str, Any] | None]:
-    """`fixed<16,6>` for all, or a JSON file {node: type | {result, weight, bias}, default?}."""
-    if text is None:
-        return None, None
-    if text.endswith(".json") or Path(text).is_file():
-        p = Path(text)
-        try:
-            m = json.loads(p.read_text())
-        except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read precision file {p}: {e}") from None
-        if not isinstance(m, dict):
-            raise UsageError(f"precision file {p} must hold a JSON object of node -> type")
-        default = m.pop("default", None)
-        return default, m
-    return text, None
-
-
 def load_inputs(path: str, what: str = "--inputs") -> np.ndarray:
-    try:
-        x = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{what} {path}: not a readable .npy file ({e})") from None
-    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
-        raise UsageError(f"{what} {path}: expected a numeric array, got dtype {getattr(x, 'dtype', '?')}")
-    return x
+    return load_array(path, what)
 
 
 def load_model(path: str | None) -> Any:
     from .graphs.onnx_import import load_onnx
 
-    return load_onnx(path if path else bundled(DEFAULT_MODEL))
+    return load_onnx(path if path is not None else bundled(DEFAULT_MODEL))
 
 
 def compile_from_args(a: argparse.Namespace) -> Any:
     from .api import compile
 
-    graph = load_model(a.model)
     precision, per_layer = parse_precision(getattr(a, "precision", None))
-    cal = load_inputs(a.calibrate, "--calibrate") if getattr(a, "calibrate", None) else None
+    cal = (load_inputs(a.calibrate, "--calibrate")
+           if getattr(a, "calibrate", None) is not None else None)
+    graph = load_model(a.model)
     reuse = parse_reuse(getattr(a, "reuse", None))
     return compile(graph, precision=precision, per_layer=per_layer, calibrate=cal,
                    reuse=reuse if reuse is not None else 1, profile=getattr(a, "profile", None),
@@ -85,33 +73,52 @@ def parse_reuse(text: str | None) -> int | str | None:
         r = int(text)
     except ValueError:
         raise UsageError(f"--reuse must be a positive integer or 'auto', got {text!r}") from None
-    if r < 1:
-        raise UsageError(f"--reuse must be a positive integer or 'auto', got {r}")
+    if not 1 <= r <= MAX_REUSE:
+        raise UsageError(f"--reuse must be an integer within 1..{MAX_REUSE:,} or 'auto', got {text!r}")
     return r
+
+
+def _int_in(lo: int, hi: int) -> Any:
+    """argparse type: an integer within [lo, hi] (argparse names the option on failure)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be within {lo:,}..{hi:,}, got {v:,}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
 
 
 def cmd_compile(a: argparse.Namespace) -> int:
     from .artifact import check_out_path, write_compiled
 
-    out = Path(a.out or f"out/{Path(a.model or DEFAULT_MODEL).stem}-{a.target}")
+    out = a.out if a.out is not None else f"out/{Path(a.model or DEFAULT_MODEL).stem}-{a.target}"
     check_out_path(out)  # before any work: a bad --out fails fast
+    out = Path(out)
     compiled = compile_from_args(a)
     write_compiled(compiled, out, a.target, reuse=parse_reuse(a.reuse),
                    progress=lambda s: print(s, file=sys.stderr),
                    hdl_options={"pipeline": a.pipeline, "adder_levels": a.adder_levels})
-    print(f"compiled {compiled.graph.name} -> {out}  (graph id {compiled.graph_id[:16]}, "
+    print(f"compiled {compiled.graph.name} -> {shown(out)}  (graph id {compiled.graph_id[:16]}, "
           f"target {a.target})")
     return 0
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
+    from .graphs.userio import check_output_file, write_text_atomic
     from .report import inspect_rows, render_html, render_text
 
-    p = Path(a.model) if a.model else bundled(DEFAULT_MODEL)
+    if a.html is not None:
+        check_output_file(a.html, "--html")
+    p = Path(a.model) if a.model is not None else bundled(DEFAULT_MODEL)
     if p.is_dir():
-        from .graphs.serialize import load_artifact_graph
+        from .artifact import load_artifact
 
-        graph, manifest = load_artifact_graph(p)
+        graph, manifest = load_artifact(p)
         info = {"graph_id": manifest.get("graph_id"), "profile": manifest.get("options", {}).get("profile"),
                 "hdl": manifest.get("hdl"), "gpu": manifest.get("gpu"), "memory": manifest.get("memory")}
     else:
@@ -122,8 +129,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         info = {"graph_id": c.graph_id, "profile": c.profile, "hdl": None, "gpu": None,
                 "memory": {k: mem[k] for k in ("arena_bytes_per_sample", "naive_bytes_per_sample")}}
     report = inspect_rows(graph, info)
-    if a.html:
-        Path(a.html).write_text(render_html(report))
+    if a.html is not None:
+        write_text_atomic(a.html, render_html(report), "--html")
     if a.json:
         print(json.dumps(report, indent=1, sort_keys=True, default=str))
     else:
@@ -166,19 +173,19 @@ def _precision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrate", metavar="X.npy", help="choose integer bits from sample inputs")
     p.add_argument("--reuse", help="reuse factor N or 'auto' (HDL)")
     p.add_argument("--profile", help="hardware profile (see `modelcircuit profiles`)")
-    p.add_argument("--table-bits", type=int, default=10, help="lookup-table index bits")
+    p.add_argument("--table-bits", type=_int_in(4, 16), default=10, help="lookup-table index bits")
 
 
 def _hdl_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", choices=["latency", "fmax", "area"],
                    help="HDL register schedule (default: area on iCE40, fmax on other FPGA "
                         "profiles, else latency)")
-    p.add_argument("--adder-levels", type=int, help="HDL adder-tree levels per register stage")
+    p.add_argument("--adder-levels", type=_int_in(1, 64), help="HDL adder-tree levels per register stage")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, like every other user error
-        print(f"error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        _say_error(f"{' '.join(message.split(chr(10)))} (see `{self.prog} --help`)")
         raise SystemExit(2)
 
 
@@ -203,12 +210,12 @@ def make_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="run backends on the same inputs and compare bit for bit")
     _model_arg(v)
     _precision_args(v)
-    v.add_argument("--vectors", type=int, help="number of input vectors (default: test split or 100)")
+    v.add_argument("--vectors", type=_int_in(1, MAX_VECTORS), help="number of input vectors (default: test split or 100)")
     v.add_argument("--inputs", metavar="X.npy")
     v.add_argument("--backends", default="golden,gpu-emu")
     v.add_argument("--simulator", default="verilator", choices=["verilator", "icarus"])
     v.add_argument("--json", metavar="FILE")
-    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--seed", type=_int_in(0, 2**63 - 1), default=0)
     v.set_defaults(fn=cmd_verify)
     b = sub.add_parser("build", help="FPGA build to a bitstream")
     _model_arg(b)
@@ -221,16 +228,92 @@ def make_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+def one_line(msg: str) -> str:
+    """The first line of a message, with every other control or line-breaking character
+    (user text may hold \\r, \\x85, \\u2028, undecodable bytes) escaped so it prints as one."""
+    line = str(msg).split("\n", 1)[0].strip()
+    out = []
+    for ch in line:
+        if ch == " " or (ch.isprintable() and ch not in "\x85\u2028\u2029"):
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _say_error(msg: str) -> None:
+    """One line on stderr, printable whatever bytes the message holds."""
+    line = one_line(msg) or "unknown error"
     try:
-        return int(args.fn(args))
-    except Exception as e:  # user errors: one line, exit 2; anything else is a bug
-        if _is_user_error(e):
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            print(f"error: {msg}", file=sys.stderr)
+        sys.stderr.write(f"error: {line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM becomes an exception in the main thread (cleanup runs, exit 143)."""
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (an embedding program): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _error_text(e: BaseException) -> str:
+    if isinstance(e, OSError):
+        where = f" ({shown(e.filename)})" if getattr(e, "filename", None) else ""
+        return f"{e.strerror or type(e).__name__}{where}"
+    return str(e) or type(e).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Every way out is an exit code and at most one `error:` line: 0 success, 1 a
+    verification mismatch, 2 the user's input (or environment) is wrong, 130/143 interrupted,
+    70 a bug (MODELCIRCUIT_DEBUG=1 shows its traceback)."""
+    rc = _main(argv)
+    if rc != 0:  # half-built circuits of an aborted run are not worth a warning at exit
+        warnings.simplefilter("ignore")
+    return rc
+
+
+def _main(argv: list[str] | None) -> int:
+    with _sigterm_raises():
+        try:
+            args = make_parser().parse_args(argv)
+            return int(args.fn(args))
+        except KeyboardInterrupt:
+            _say_error("interrupted (SIGINT); nothing half-written was left")
+            return EXIT_SIGINT
+        except Terminated:
+            _say_error("terminated (SIGTERM); nothing half-written was left")
+            return EXIT_SIGTERM
+        except SystemExit as e:  # argparse: --help (0) or a usage error (2, already printed)
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        except MemoryError:
+            _say_error("out of memory: the model or the inputs are too large for this machine")
             return 2
-        raise
+        except RecursionError:
+            _say_error("input nested too deeply to process")
+            return 2
+        except Exception as e:  # user errors: one line, exit 2; anything else is a bug
+            if _is_user_error(e) or isinstance(e, OSError):
+                _say_error(_error_text(e))
+                return 2
+            if os.environ.get("MODELCIRCUIT_DEBUG"):
+                raise
+            _say_error(f"internal error ({type(e).__name__}: {_error_text(e)}); this is a bug in "
+                       "modelcircuit — please report it with the command line "
+                       "(MODELCIRCUIT_DEBUG=1 shows the traceback)")
+            return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

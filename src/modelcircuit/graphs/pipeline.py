@@ -22,7 +22,7 @@ from .passes.canonicalize import fold_batchnorm, fold_requant, fuse_bias
 from .passes.constants import quantize_constants
 from .passes.fuse import fuse_dense_relu
 from .passes.memory_plan import memory_plan
-from .passes.precision import assign_types
+from .passes.precision import assign_types, check_per_layer
 from .passes.schedule import schedule
 from .passes.streams import assign_streams
 from .passes.tables import DEFAULT_TABLE_BITS, build_tables
@@ -108,11 +108,14 @@ def compile_graph(graph: Graph, precision: str | NumType | None = None,
         get_profile(profile)
     if not 4 <= int(table_bits) <= 16:
         raise GraphError(f"table_bits must be within 4..16, got {table_bits}")
+    check_per_layer(graph, per_layer)
     ranges = None
     if calibrate is not None:
         if p is not None and p.is_float:
             raise GraphError("--calibrate needs a fixed-point --precision (for its width)")
-        ranges = calibration_ranges(graph, calibrate)
+        from .userio import check_array
+
+        ranges = calibration_ranges(graph, check_array(np.asarray(calibrate), "--calibrate"))
     g, log = _run_passes(graph, passes(p, per_layer, ranges, int(table_bits)))
     options = {"precision": None if p is None else str(p), "per_layer": dict(per_layer or {}),
                "calibrated": calibrate is not None, "reuse": reuse, "profile": profile,

@@ -51,12 +51,24 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def load_artifact_graph(path: str | Path) -> tuple[Graph, dict[str, Any]]:
+    """graph.json + weights.npz (+ the manifest) of an artifact folder; any malformed part is
+    one GraphError. Integrity (hashes, graph id) is checked by artifact.load_artifact."""
     p = Path(path)
     try:
         manifest = json.loads((p / "manifest.json").read_text())
         d = json.loads((p / "graph.json").read_text())
         with np.load(p / "weights.npz", allow_pickle=False) as z:
             consts = {k: z[k] for k in z.files}
-    except (OSError, ValueError, KeyError) as e:
-        raise GraphError(f"{p} is not a readable modelcircuit artifact: {e}") from None
-    return graph_from_json(d, consts), manifest
+        if not isinstance(manifest, dict) or not isinstance(d, dict):
+            raise ValueError("manifest.json and graph.json must hold JSON objects")
+        g = graph_from_json(d, consts)
+    except RecursionError:
+        raise GraphError(f"{p} is not a readable modelcircuit artifact: nested too deeply") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise GraphError(f"{p} is not a readable modelcircuit artifact: {msg}") from None
+    missing = [n for node in g.nodes for n in node.inputs if n and n not in g.tensors]
+    if missing:
+        raise GraphError(f"{p} is not a readable modelcircuit artifact: tensor {missing[0]!r} "
+                         "is used but not declared")
+    return g, manifest

@@ -39,7 +39,7 @@ def parse_backends(text: str) -> list[str]:
 
 
 def _is_default_model(model: str | None) -> bool:
-    from ..cli import DEFAULT_MODEL, bundled
+    from ..graphs.userio import DEFAULT_MODEL, bundled
 
     return model is None or Path(model).resolve() == bundled(DEFAULT_MODEL).resolve()
 
@@ -47,7 +47,8 @@ def _is_default_model(model: str | None) -> bool:
 def select_inputs(a: argparse.Namespace, shape: tuple[int, ...]
                   ) -> tuple[np.ndarray, np.ndarray | None, str]:
     """(float inputs (N, *shape), labels or None, description)."""
-    from ..cli import DEFAULT_MODEL, bundled, load_inputs
+    from ..graphs.userio import DEFAULT_MODEL, bundled
+    from ..graphs.userio import load_array as load_inputs
 
     n = getattr(a, "vectors", None)
     if n is not None and n < 1:
@@ -182,8 +183,11 @@ def verify(a: argparse.Namespace, out: Any = None) -> tuple[int, dict[str, Any]]
     out = out or sys.stdout
     from ..cli import compile_from_args, load_model
     from ..graphs import reference
+    from ..graphs.userio import check_output_file, write_text_atomic
 
     backends = parse_backends(getattr(a, "backends", "golden,rtl"))
+    if getattr(a, "json", None) is not None:
+        check_output_file(a.json, "--json")  # a bad path fails before the long work
     if "rtl" in backends:
         from . import rtl
 
@@ -226,8 +230,9 @@ def verify(a: argparse.Namespace, out: Any = None) -> tuple[int, dict[str, Any]]
               "notes": notes, "pairs": pairs, "accuracy": acc, "timing_ok": timing_ok,
               "bit_exact": all_agree}
     _print(report, out)
-    if getattr(a, "json", None):
-        Path(a.json).write_text(json.dumps(report, indent=1, sort_keys=True, default=_jsonable) + "\n")
+    if getattr(a, "json", None) is not None:
+        write_text_atomic(a.json, json.dumps(report, indent=1, sort_keys=True,
+                                             default=_jsonable) + "\n", "--json")
     return (0 if all_agree else 1), report
 
 

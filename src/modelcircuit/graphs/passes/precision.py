@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..ir import Graph, Node, Tensor
+from ..ir import Graph, GraphError, Node, Tensor
 from ..types import FLOAT32, FixedType, NumType, parse_type
 
 DEFAULT_PRECISION = FixedType(16, 6)
@@ -65,6 +65,29 @@ def _per_layer_type(per_layer: Mapping[str, object], key: str, part: str) -> Num
         if v is None:
             return None
     return parse_type(str(v))
+
+
+def check_per_layer(g: Graph, per_layer: Mapping[str, object] | None) -> None:
+    """Every entry of a per-layer precision map names a node or an input of this graph and
+    holds types that parse: a typo must not be silently ignored."""
+    if not per_layer:
+        return
+    known = [n.name for n in g.nodes] + list(g.inputs)
+    for key, v in per_layer.items():
+        if not isinstance(key, str) or key not in known:
+            near = [k for k in known if isinstance(key, str) and key.lower() in k.lower()][:3]
+            raise GraphError(f"per-layer precision names {key!r}, which is not a node or input of "
+                             f"{g.name}; known: {', '.join((near or known)[:12])}"
+                             + (" …" if len(near or known) > 12 else ""))
+        parts = v.items() if isinstance(v, dict) else [("result", v)]
+        for part, t in parts:
+            if part not in ("result", "weight", "bias"):
+                raise GraphError(f"per-layer precision for {key!r}: unknown key {part!r}; known: "
+                                 "result, weight, bias")
+            try:
+                parse_type(str(t))
+            except ValueError as e:
+                raise GraphError(f"per-layer precision for {key!r} ({part}): {e}") from None
 
 
 def assign_types(g: Graph, precision: NumType | None = None,

@@ -1,0 +1,216 @@
+"""The edges where user files and options come in: numpy arrays (`--inputs`, `--calibrate`),
+per-layer precision files, output file paths, the bundled example. Everything is checked
+here, against explicit limits, before anything is allocated or written, so that every
+refusal is one GraphError naming the option and the file (the CLI prints it, exit 2).
+Lives in graphs/ so that every layer (CLI, API, sim/) can use it without importing upward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .ir import GraphError
+
+DEFAULT_MODEL = "digits_mlp.onnx"
+MAX_ARRAY_BYTES = 1 << 30          # --inputs / --calibrate files
+MAX_PRECISION_FILE_BYTES = 1 << 20  # per-layer precision JSON
+MAX_JSON_DEPTH = 4                  # {node: {part: type}} is depth 2
+PER_LAYER_PARTS = ("result", "weight", "bias")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def bundled(name: str) -> Path:
+    return Path(str(resources.files("modelcircuit").joinpath("data", name)))
+
+
+def shown(path: str | os.PathLike[str]) -> str:
+    """A path as text that always prints (undecodable bytes escaped)."""
+    s = os.fsdecode(path)
+    return s.encode("utf-8", "backslashreplace").decode("utf-8") if s else '""'
+
+
+def regular_file(path: str | os.PathLike[str], what: str, limit: int) -> int:
+    """Refuse anything but a readable regular file within `limit` bytes (a FIFO, a device
+    such as /dev/zero, a directory would hang or grow without bound). Returns its size."""
+    p = os.fspath(path)
+    if p == "" or p == b"":
+        raise GraphError(f"{what}: empty path")
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise GraphError(f"{what} {shown(p)}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise GraphError(f"{what} {shown(p)}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise GraphError(f"{what} {shown(p)} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise GraphError(f"{what} {shown(p)} is not a regular file (a FIFO, socket or device)")
+    if st.st_size > limit:
+        raise GraphError(f"{what} {shown(p)} is {st.st_size:,} bytes, over the limit of "
+                         f"{limit:,} bytes")
+    if not os.access(p, os.R_OK):
+        raise GraphError(f"{what} {shown(p)}: permission denied")
+    return st.st_size
+
+
+def load_array(path: str | os.PathLike[str], what: str = "--inputs") -> np.ndarray:
+    """A numeric .npy array: header checked against the file size before loading (a header
+    declaring 10^15 elements allocates nothing), then dtype, emptiness, NaN/Inf and the
+    float32 range (the models compute in float32)."""
+    size = regular_file(path, what, MAX_ARRAY_BYTES)
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unknown .npy version {version}")
+            offset = f.tell()
+    except Exception as e:  # noqa: BLE001 - any malformed header is the user's file
+        raise GraphError(f"{what} {shown(p)}: not a readable .npy file "
+                         f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if dtype.hasobject or dtype.kind not in "fiu":
+        raise GraphError(f"{what} {shown(p)}: expected a numeric (float or integer) array, got "
+                         f"dtype {dtype}")
+    n = 1
+    for d in shape:
+        n *= int(d)
+    if n * dtype.itemsize != size - offset:
+        raise GraphError(f"{what} {shown(p)}: header declares shape {list(shape)} ({n:,} values) "
+                         f"but the file holds {size - offset:,} bytes of data (truncated or "
+                         "corrupt)")
+    try:
+        x = np.load(p, allow_pickle=False)
+    except Exception as e:  # noqa: BLE001
+        raise GraphError(f"{what} {shown(p)}: not a readable .npy file ({type(e).__name__})") from None
+    return check_array(x, f"{what} {shown(p)}")
+
+
+def check_array(x: np.ndarray, where: str) -> np.ndarray:
+    """Numeric, at least one sample, finite, within float32's range."""
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
+        raise GraphError(f"{where}: expected a numeric array, got "
+                         f"{getattr(x, 'dtype', type(x).__name__)}")
+    if x.ndim == 0:
+        raise GraphError(f"{where}: expected an array of samples, got a scalar")
+    if x.size == 0:
+        raise GraphError(f"{where}: holds no values (shape {list(x.shape)})")
+    if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+        bad = int(np.count_nonzero(~np.isfinite(x)))
+        raise GraphError(f"{where}: {bad} value(s) are NaN or Inf")
+    m = float(np.max(np.abs(x.astype(np.float64))))
+    if m > FLOAT32_MAX:
+        raise GraphError(f"{where}: values up to {m:.3g} are beyond float32's range "
+                         f"(±{FLOAT32_MAX:.3g}); the model computes in float32")
+    return x
+
+
+def _depth(o: Any, limit: int, d: int = 0) -> int:
+    if d > limit:
+        return d
+    if isinstance(o, dict):
+        return max([_depth(v, limit, d + 1) for v in o.values()] or [d + 1])
+    if isinstance(o, list):
+        return max([_depth(v, limit, d + 1) for v in o] or [d + 1])
+    return d
+
+
+def parse_precision(text: str | None) -> tuple[str | None, dict[str, Any] | None]:
+    """`fixed<16,6>` for all, or a JSON file {node: type | {result, weight, bias}, default?}.
+    The shape of the file is checked here; node names are checked against the graph by
+    the compiler (passes/precision.check_per_layer)."""
+    if text is None:
+        return None, None
+    if not isinstance(text, str) or not text.strip():
+        raise GraphError("--precision is empty; give fixed<W,I>, ufixed<W,I>, float32 or a JSON file")
+    looks_like_file = text.endswith(".json") or os.path.lexists(text) or os.sep in text
+    if not looks_like_file:
+        return text, None
+    regular_file(text, "--precision file", MAX_PRECISION_FILE_BYTES)
+    try:
+        raw = Path(text).read_bytes()
+        m = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise GraphError(f"--precision file {shown(text)}: JSON nested too deeply") from None
+    except (OSError, ValueError) as e:
+        raise GraphError(f"--precision file {shown(text)}: not valid JSON "
+                         f"({str(e).splitlines()[0]})") from None
+    if not isinstance(m, dict):
+        raise GraphError(f"--precision file {shown(text)} must hold a JSON object of node -> type, "
+                         f"got {type(m).__name__}")
+    if _depth(m, MAX_JSON_DEPTH) > 2:
+        raise GraphError(f"--precision file {shown(text)}: nested deeper than "
+                         "{node: {result|weight|bias: type}}")
+    default = m.pop("default", None)
+    if default is not None and not isinstance(default, str):
+        raise GraphError(f"--precision file {shown(text)}: 'default' must be a type string like "
+                         f"fixed<16,6>, got {json.dumps(default)[:60]}")
+    for node, v in m.items():
+        where = f"--precision file {shown(text)}, entry {node!r}"
+        if isinstance(v, str):
+            continue
+        if not isinstance(v, dict):
+            raise GraphError(f"{where}: expected a type string or an object with "
+                             f"{'/'.join(PER_LAYER_PARTS)}, got {json.dumps(v)[:60]}")
+        bad = [k for k in v if k not in PER_LAYER_PARTS]
+        if bad:
+            raise GraphError(f"{where}: unknown key {bad[0]!r}; known: {', '.join(PER_LAYER_PARTS)}")
+        for k, t in v.items():
+            if not isinstance(t, str):
+                raise GraphError(f"{where}, {k!r}: expected a type string, got "
+                                 f"{json.dumps(t)[:60]}")
+    from .types import parse_type
+
+    for node, v in m.items():  # every type string parses (names the entry on failure)
+        for k, t in (v.items() if isinstance(v, dict) else [("result", v)]):
+            try:
+                parse_type(t)
+            except ValueError as e:
+                raise GraphError(f"--precision file {shown(text)}, entry {node!r} ({k}): "
+                                 f"{e}") from None
+    return default, m
+
+
+def check_output_file(path: str | os.PathLike[str], what: str) -> Path:
+    """A file we are about to write (`--json`, `--html`): not a directory, parent exists and is
+    a writable directory. Checked before the work, so a typo costs nothing."""
+    p = os.fspath(path)
+    if p == "":
+        raise GraphError(f"{what}: empty path")
+    if "\0" in p:
+        raise GraphError(f"{what} {shown(p)!r}: contains a NUL byte")
+    if os.path.isdir(p):
+        raise GraphError(f"{what} {shown(p)} is a directory; give a file name")
+    if os.path.lexists(p) and not os.path.isfile(p):
+        raise GraphError(f"{what} {shown(p)} exists and is not a regular file")
+    parent = os.path.dirname(os.path.abspath(p))
+    if not os.path.isdir(parent):
+        what_is = "is not a directory" if os.path.lexists(parent) else "does not exist"
+        raise GraphError(f"{what} {shown(p)}: folder {shown(parent)} {what_is}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise GraphError(f"{what} {shown(p)}: cannot write in {shown(parent)} (permission denied)")
+    return Path(p)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, what: str) -> None:
+    """Write a report file whole or not at all (temp file beside it, then rename)."""
+    p = check_output_file(path, what)
+    tmp = p.with_name(f".{p.name}.mc-tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, p)
+    except OSError as e:
+        raise GraphError(f"{what} {shown(p)}: {e.strerror or e}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -1,0 +1,86 @@
+"""Signals and races against the real command in a subprocess: Ctrl-C and SIGTERM during a
+compile exit 130/143 with one line and leave nothing; a SIGKILL's temp folder is swept by
+the next run; two runs writing the same --out at once both finish with a valid artifact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.hostile import Result, assert_refused, run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    return subprocess.Popen([sys.executable, "-m", "modelcircuit.cli", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for_temp(d: Path, p: subprocess.Popen, timeout: float = 120.0) -> Path:
+    """The run's temp folder beside --out: the moment it exists, the run is mid-write."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        tmp = [q for q in d.iterdir() if ".mc-tmp-" in q.name]
+        if tmp:
+            return tmp[0]
+        assert p.poll() is None, f"the run ended before writing: {p.communicate()}"
+        time.sleep(0.05)
+    raise AssertionError("no temp folder appeared")
+
+
+# The Verilog export of the digits MLP takes seconds: long enough to interrupt mid-write.
+LONG = ["compile", "--target", "verilog", "--out", "o"]
+
+
+@pytest.mark.parametrize("sig,rc,word", [(signal.SIGTERM, 143, "terminated"),
+                                         (signal.SIGINT, 130, "interrupted")])
+def test_signal_mid_compile_leaves_nothing(tmp_path: Path, sig: int, rc: int, word: str) -> None:
+    p = _start(LONG, tmp_path)
+    _wait_for_temp(tmp_path, p)
+    time.sleep(0.5)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=120)
+    assert_refused(Result(p.returncode, out, err), word, rc=rc)
+    assert list(tmp_path.iterdir()) == [], "temp folder or partial output left behind"
+
+
+def test_sigkill_leftover_is_swept_by_next_run(tmp_path: Path) -> None:
+    p = _start(LONG, tmp_path)
+    tmp = _wait_for_temp(tmp_path, p)
+    p.kill()
+    p.communicate(timeout=60)
+    assert tmp.exists()  # a SIGKILL cannot clean up ...
+    res = run_cli(["compile", "--out", "o"], cwd=tmp_path)
+    assert res.rc == 0, res.err
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["o"]  # ... the next run does
+
+
+def test_live_runs_temp_folder_is_not_swept(tmp_path: Path) -> None:
+    """Only dead writers' folders are stale: a concurrent live run keeps its own."""
+    from modelcircuit.graphs.atomic import sweep_stale
+
+    live = tmp_path / f".o.mc-tmp-{os.getpid()}-abc"
+    live.mkdir()
+    gone = tmp_path / ".o.mc-tmp-999999999-abc"
+    gone.mkdir()
+    removed = sweep_stale(tmp_path, "o")
+    assert removed == [gone] and live.exists()
+
+
+def test_two_runs_racing_for_one_out(tmp_path: Path) -> None:
+    procs = [_start(["compile", "--precision", prec, "--out", "o"], tmp_path)
+             for prec in ("fixed<16,6>", "fixed<8,3>")]
+    results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    for rc, _out, err in results:
+        assert rc == 0, err
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["o"]
+    res = run_cli(["inspect", "o"], cwd=tmp_path)  # whoever won, the artifact is whole
+    assert res.rc == 0, res.err
