@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 import modelcircuit as mc
-from tests.conftest import gpu_available
+from tests.conftest import DATA, gpu_available, shared_model
 
-MODELS = Path(__file__).parents[2].parent / "shared" / "models"
-DIGITS = Path(__file__).parents[2] / "src" / "modelcircuit" / "data" / "digits_mlp.onnx"
+DIGITS = DATA / "digits_mlp.onnx"
 
 # (model file, precision) pairs that gpu-emu must match bit for bit
 FIXED_CASES = [
@@ -27,10 +26,7 @@ def model_path(name: str) -> Path:
         if not DIGITS.exists():
             pytest.skip(f"digits model not built yet ({DIGITS})")
         return DIGITS
-    p = MODELS / f"{name}.onnx"
-    if not p.exists():
-        pytest.skip(f"shared models absent ({MODELS})")
-    return p
+    return shared_model(name)
 
 
 @cache

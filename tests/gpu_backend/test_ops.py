@@ -85,14 +85,27 @@ def test_float_ops_match_reference():
         np.testing.assert_allclose(got[o], want[o], rtol=1e-6, atol=1e-6, err_msg=o)
 
 
-def test_unsupported_op_names_op_node_and_list():
+def test_unsupported_op_names_op_node_and_list(tmp_path, monkeypatch, capsys):
+    from modelcircuit import artifact, cli
+
     g = _graph("fixed<6,2>")
     bad = tuple(Node.make("weird", "Conv", list(n.inputs), list(n.outputs))
                 if n.name == "relu" else n for n in g.nodes)
     with pytest.raises(gb.GpuError, match=r"node weird: op Conv has no GPU kernel; supported: .*Dense"):
         gb.generate(g.replace(nodes=bad))
-    with pytest.raises(GraphError):  # GpuError and GraphError are both ValueErrors (exit 2)
-        raise GraphError("x")
+    # a user error like GraphError: a ValueError of modelcircuit, so the CLI says `error: …`
+    # and exits 2 (not 70, "internal error … a bug")
+    assert issubclass(gb.GpuError, ValueError) and issubclass(GraphError, ValueError)
+
+    def write_compiled(*args, **kwargs):  # the GPU backend refuses the graph while compiling
+        gb.generate(g.replace(nodes=bad))
+
+    monkeypatch.setattr(artifact, "write_compiled", write_compiled)
+    capsys.readouterr()
+    rc = cli.main(["compile", "--target", "gpu", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.startswith("error: node weird: op Conv has no GPU kernel") and err.count("\n") == 1, err
 
 
 def test_artifact_is_deterministic(tmp_path):

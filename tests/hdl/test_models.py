@@ -4,7 +4,6 @@ and output backpressure; latency and II as reported."""
 from __future__ import annotations
 
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,19 +11,16 @@ import pytest
 import modelcircuit as mc
 from modelcircuit.hdl import build_top
 from modelcircuit.hdl.simulate import simulate
+from tests.conftest import shared_model
 
 from .helpers import check, extremes
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 
-JET = Path("/work/shared/models/three_layer_keras.onnx")
-
 
 @pytest.fixture(scope="module")
 def jet():
-    if not JET.exists():
-        pytest.skip("shared jet tagger model not present")
-    return mc.compile(mc.load_onnx(str(JET)), precision="fixed<16,6>")
+    return mc.compile(mc.load_onnx(str(shared_model("three_layer_keras"))), precision="fixed<16,6>")
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,18 @@ import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock (and no xdist race to guard against there)
+    fcntl = None  # type: ignore[assignment]
 
 Progress = Callable[[str], None] | None
 
@@ -25,6 +31,15 @@ TOOLS = {
     "ecppack": ("ECPPACK", "yowasp-ecppack"),
 }
 TAIL_LINES = 15
+# a cheap run of each tool that loads its WebAssembly (and so, the first time, compiles and
+# caches it); the exit status does not matter, only that it ran (icepack -h exits 1)
+WARM_ARGS = {
+    "yosys": ["-V"],
+    "nextpnr-ice40": ["--version"],
+    "icepack": ["-h"],
+    "nextpnr-ecp5": ["--version"],
+    "ecppack": ["--help"],
+}
 
 
 class FlowError(ValueError):
@@ -74,6 +89,92 @@ def tool_env() -> dict[str, str]:
     return env
 
 
+def yowasp_cache_dir() -> Path:
+    """Where yowasp_runtime caches the machine code it compiles from each tool's WebAssembly:
+    $YOWASP_CACHE_DIR, else platformdirs' user cache dir "YoWASP" (as yowasp_runtime does)."""
+    if os.environ.get("YOWASP_CACHE_DIR"):
+        return Path(os.environ["YOWASP_CACHE_DIR"])
+    try:
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("YoWASP", appauthor=False))
+    except ImportError:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "YoWASP"
+
+
+_warmed: set[tuple[str, str, str]] = set()
+_warm_mutex = threading.Lock()
+
+
+def warm_tool(tool: str, progress: Progress = None) -> bool:
+    """Make sure a yowasp tool's compiled cache is complete before anyone uses it.
+
+    yowasp_runtime keeps the machine code of each tool at <cache>/<package>/<wasm>/<sha1>. A
+    process that finds no (valid) cache compiles the WebAssembly and writes that file with
+    open("wb") — truncate, then write — while another process may have the same file mapped
+    (Module.deserialize_file) or be writing it too: the reader dies of SIGBUS (two xdist
+    workers running a tool for the first time at once). So, once per process and tool, this
+    runs the tool with a cheap argument while holding an exclusive lock (flock) on
+    <cache>/.modelcircuit-warm-<tool>.lock: the first process compiles and writes the cache
+    under the lock, the others wait and then find it complete; once complete no one writes it
+    again, so the lock is only needed around the warm-up. Tools that are not yowasp binaries
+    (an env var such as $YOSYS pointing elsewhere) need nothing. Returns whether this call
+    compiled the tool. Raises ToolError if the warm-up was killed by a signal."""
+    path = tool_path(tool)
+    exe = os.path.basename(path)
+    if not exe.startswith("yowasp-"):
+        return False
+    cache = yowasp_cache_dir()
+    key = (tool, path, str(cache))
+    with _warm_mutex:
+        if key in _warmed:
+            return False
+        t0 = time.monotonic()
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            lock = open(cache / f".modelcircuit-warm-{tool}.lock", "a")
+        except OSError:
+            lock = None  # an unwritable cache: yowasp cannot cache either, so nothing to guard
+        try:
+            if lock is not None and fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            r = subprocess.run([path, *WARM_ARGS.get(tool, ["--version"])],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, errors="replace")
+        finally:
+            if lock is not None:
+                lock.close()  # releases the flock
+        if r.returncode < 0:
+            raise ToolError(f"{exe} was {_killed_by(r.returncode)} while loading; its compiled "
+                            f"cache under {cache} may be damaged: delete it and retry",
+                            _tail(r.stdout))
+        _warmed.add(key)
+        compiled = "Preparing to run" in r.stdout  # yowasp_runtime's words when it compiles
+        if compiled and progress:
+            progress(f"[warm] {exe}: compiled for this machine in {time.monotonic() - t0:.0f}s "
+                     f"(once; cached under {cache})")
+        return compiled
+
+
+def warm_tools(tools: Iterable[str] = TOOLS, progress: Progress = None) -> None:
+    """warm_tool for each installed tool of `tools` (all by default): call it before anything
+    runs the tools outside Runner.run (an Amaranth platform's own build script)."""
+    for tool in tools:
+        try:
+            tool_path(tool)
+        except FlowError:  # not installed: whatever needs it reports that
+            continue
+        warm_tool(tool, progress)
+
+
+def _killed_by(rc: int) -> str:
+    """'killed by SIGBUS' for a subprocess return code -7."""
+    try:
+        return f"killed by {signal.Signals(-rc).name}"
+    except ValueError:
+        return f"killed by signal {-rc}"
+
+
 def _tail(text: str, n: int = TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:])
 
@@ -99,8 +200,12 @@ class Runner:
     def run(self, step: str, tool: str, args: list[str], cwd: Path,
             timeout_s: float | None = None, shell: str | None = None) -> str:
         """Run `tool args` (or a shell line) in cwd; log to logs/<step>.log; return the log.
-        Raises ToolError (exit status != 0) with the log's tail."""
+        Raises ToolError (exit status != 0, or killed by a signal) with the log's tail. A yowasp
+        tool is warmed up first (warm_tool); a shell line runs as given. However the wait ends
+        (an error, Ctrl-C, SIGTERM turned into an exception), the tool does not outlive it."""
         log_path = self.logs / f"{step}.log"
+        if not shell:
+            warm_tool(tool, self.say)
         cmd = ["sh", "-c", shell] if shell else [tool_path(tool), *args]
         self.say(f"[{step}] running {os.path.basename(cmd[0]) if not shell else shell.split()[0]}")
         t0 = time.monotonic()
@@ -122,36 +227,41 @@ class Runner:
         th = threading.Thread(target=pump, daemon=True)
         th.start()
         last_say = t0
-        with open(log_path, "w") as log:
-            log.write(f"# {' '.join(cmd)}\n# cwd {cwd}\n")
-            while True:
-                try:
-                    line = q.get(timeout=1.0)
-                except queue.Empty:
-                    line = ""
-                now = time.monotonic()
-                if timeout_s and now - t0 > timeout_s:
-                    p.kill()
-                    p.wait()
-                    raise ToolError(f"{step}: timed out after {timeout_s:.0f} s; last lines of "
-                                    f"{log_path.name}: {_tail(''.join(lines), 1)}",
-                                    _tail("".join(lines)))
-                if line is None:
-                    break
-                if line:
-                    log.write(line)
-                    lines.append(line)
-                    m = self.PHASE.match(line.strip())
-                    if m and now - last_say >= 3.0:
-                        self.say(f"[{step}] {now - t0:5.0f}s  {line.strip()[:100]}")
+        try:
+            with open(log_path, "w") as log:
+                log.write(f"# {' '.join(cmd)}\n# cwd {cwd}\n")
+                while True:
+                    try:
+                        line = q.get(timeout=1.0)
+                    except queue.Empty:
+                        line = ""
+                    now = time.monotonic()
+                    if timeout_s and now - t0 > timeout_s:
+                        raise ToolError(f"{step}: timed out after {timeout_s:.0f} s; last lines "
+                                        f"of {log_path.name}: {_tail(''.join(lines), 1)}",
+                                        _tail("".join(lines)))
+                    if line is None:
+                        break
+                    if line:
+                        log.write(line)
+                        lines.append(line)
+                        m = self.PHASE.match(line.strip())
+                        if m and now - last_say >= 3.0:
+                            self.say(f"[{step}] {now - t0:5.0f}s  {line.strip()[:100]}")
+                            last_say = now
+                    elif now - last_say >= self.heartbeat_s:
+                        self.say(f"[{step}] {now - t0:5.0f}s  still running")
                         last_say = now
-                elif now - last_say >= self.heartbeat_s:
-                    self.say(f"[{step}] {now - t0:5.0f}s  still running")
-                    last_say = now
-            rc = p.wait()
+                rc = p.wait()
+        finally:
+            if p.poll() is None:  # left the loop by an exception: the tool must not outlive it
+                p.kill()
+                p.wait()
         dt = time.monotonic() - t0
         self.times[step] = round(dt, 2)
         text = "".join(lines)
+        if rc < 0:  # e.g. "yosys-synth failed: yosys was killed by SIGBUS", not "exit -7"
+            raise ToolError(f"{step} failed: {tool} was {_killed_by(rc)}", _tail(text))
         if rc != 0:
             raise ToolError(f"{step} failed (exit {rc}): {_last_error(text)}", _tail(text))
         self.say(f"[{step}] done in {dt:.1f}s")
