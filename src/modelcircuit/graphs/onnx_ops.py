@@ -1,11 +1,15 @@
 """ONNX op handlers for the importer: one function per standard op, in one table.
 
 Each handler reads an ONNX node and emits IR nodes through the importer (`_Importer`), which
-owns constants, shapes and aliases.
+owns constants, shapes and aliases. The importer has already checked the node against its
+schema (input and output counts, attribute names and types) and that its inputs exist; a
+handler checks the values: axes, perms, shapes, parameters. Every refusal is `im.err(node,
+...)` (a GraphError naming the node and its op).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +26,34 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
 
 
 def _shape(im: _Importer, name: str) -> tuple[int, ...]:
-    return im.shapes[im.src(name)]
+    """Per-sample shape of an activation input of the node being imported."""
+    s = im.src(name)
+    if s not in im.shapes:
+        raise im.err(im.node, f"input {name!r} must be an activation here, not a constant")
+    return im.shapes[s]
+
+
+def _int_const(im: _Importer, node: onnx.NodeProto, name: str, what: str) -> list[int]:
+    """A constant 1-D (or scalar) integer input, e.g. a shape or axes."""
+    if not im.is_const(name):
+        raise im.err(node, f"{what} {name!r} must be a constant")
+    v = np.asarray(im.const(name))
+    if v.dtype.kind not in "iu" or v.ndim > 1:
+        raise im.err(node, f"{what} {name!r} must be a 1-D integer tensor, got dtype {v.dtype} "
+                     f"shape {list(v.shape)}")
+    return [int(x) for x in v.reshape(-1)]
+
+
+def _axes(im: _Importer, node: onnx.NodeProto, axes: list[int], rank: int) -> list[int]:
+    """ONNX axes of a rank-`rank` tensor, made non-negative; out of range or repeated: refused."""
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise im.err(node, f"axis {a} is out of range for a rank-{rank} tensor")
+        out.append(a + rank if a < 0 else a)
+    if len(set(out)) != len(out):
+        raise im.err(node, f"axes {axes} repeat an axis")
+    return out
 
 
 def _matmul(im: _Importer, node: onnx.NodeProto) -> None:
@@ -41,14 +72,27 @@ def _gemm(im: _Importer, node: onnx.NodeProto) -> None:
     a = _attrs(node)
     ins = list(node.input) + [""] * (3 - len(node.input))
     x, w, c = ins[:3]
-    if a.get("transA", 0):
+    if im.flag(node, a, "transA", 0):
         raise im.unsupported(node, "transA", "Gemm with transA=1 is not supported (the batch "
                              "must be dimension 0)")
+    trans_b = im.flag(node, a, "transB", 0)
     if not im.is_const(w) or (c and not im.is_const(c)):
         raise im.err(node, "Gemm weights and bias must be constants")
+    xs = _shape(im, x)
+    if im.const(w).ndim != 2:
+        raise im.err(node, f"Gemm weight {w!r} must be 2-D, got shape {list(im.const(w).shape)}")
     W = im.const(w).astype(np.float64)
-    if a.get("transB", 0):
+    if trans_b:
         W = W.T
+    if c:
+        cs = tuple(im.const(c).shape)
+        try:
+            ok = len(cs) <= 2 and np.broadcast_shapes(cs, (1, W.shape[1])) == (1, W.shape[1])
+        except ValueError:
+            ok = False
+        if not ok and not (len(cs) == 2 and cs[0] != 1):  # that one: "varies along the batch"
+            raise im.err(node, f"Gemm bias {c!r} of shape {list(cs)} does not broadcast to the "
+                         f"output's {W.shape[1]} columns")
     W = W * float(a.get("alpha", 1.0))
     wn = im.add_const(im.fresh(f"{w}_gemm"), W, im.const_types.get(im.src(w))
                       if a.get("alpha", 1.0) == 1.0 else None)
@@ -61,7 +105,6 @@ def _gemm(im: _Importer, node: onnx.NodeProto) -> None:
                             (1, W.shape[1])).reshape(-1)
         inputs.append(im.add_const(im.fresh(f"{c}_gemm"), C, im.const_types.get(im.src(c))
                                    if a.get("beta", 1.0) == 1.0 else None))
-    xs = _shape(im, x)
     if len(xs) != 1 or xs[0] != W.shape[0]:
         raise im.err(node, f"Gemm input shape {list(xs)} does not match weight {list(W.shape)}")
     im.emit(node, "Dense", inputs, node.output[0], (W.shape[1],))
@@ -213,6 +256,8 @@ def _gather(im: _Importer, node: onnx.NodeProto) -> None:
         raise im.err(node, "Gather indices must be constants")
     shp = _shape(im, x)
     ax = _batch_axis(im, node, int(_attrs(node).get("axis", 0)), len(shp) + 1)
+    if im.const(idx).dtype.kind not in "iu":
+        raise im.err(node, f"Gather indices {idx!r} must be integers, got {im.const(idx).dtype}")
     iv = np.asarray(im.const(idx)).astype(np.int64)
     n = shp[ax]
     if np.any(iv < -n) or np.any(iv >= n):
@@ -226,15 +271,39 @@ def _gather(im: _Importer, node: onnx.NodeProto) -> None:
 
 def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
     x, s, b, m, v = node.input[:5]
-    eps = float(_attrs(node).get("epsilon", 1e-5))
-    if _attrs(node).get("training_mode", 0):
+    a = _attrs(node)
+    eps = float(a.get("epsilon", 1e-5))
+    if im.flag(node, a, "training_mode", 0):
         raise im.unsupported(node, "training_mode", "BatchNormalization with training_mode=1 "
                              "(batch statistics) is not supported; export the model in "
                              "inference mode")
+    if not im.flag(node, a, "spatial", 1):
+        raise im.unsupported(node, "spatial", "BatchNormalization with spatial=0 (statistics "
+                             "per element) is not supported")
+    if eps < 0:
+        raise im.err(node, f"epsilon {eps:g} is negative")
     shp = _shape(im, x)
+    if not shp:
+        raise im.err(node, "BatchNormalization needs a channel dimension (dimension 1)")
     for nm in (s, b, m, v):
         if not im.is_const(nm):
             raise im.err(node, "BatchNormalization parameters must be constants")
+    vals = {}
+    for nm, what in ((s, "scale"), (b, "bias"), (m, "mean"), (v, "variance")):
+        p = im.const(nm)
+        if p.dtype.kind not in "fiu" or p.shape != (shp[0],):
+            raise im.err(node, f"{what} {nm!r} must hold one number per channel, shape "
+                         f"[{shp[0]}], got {p.dtype} {list(p.shape)}")
+        with np.errstate(all="ignore"):
+            vals[what] = p.astype(np.float64)
+        if not np.all(np.isfinite(vals[what])):
+            raise im.err(node, f"{what} {nm!r} contains NaN or Inf")
+    var = vals["variance"]
+    if np.any(var < 0):
+        raise im.err(node, f"variance {v!r} has negative values (e.g. {var[var < 0][0]:g})")
+    if np.any(var + eps <= 0):
+        raise im.err(node, f"variance + epsilon must be positive; variance {v!r} has "
+                     f"{int(np.sum(var + eps <= 0))} zero(s) with epsilon {eps:g}")
     im.emit(node, "BatchNorm", [x] + [im.src(n) for n in (s, b, m, v)], node.output[0], shp,
             epsilon=eps)
 
@@ -242,9 +311,9 @@ def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
 def _reshape_to(im: _Importer, node: onnx.NodeProto, x: str, full: tuple[int, ...]) -> None:
     """Reshape given an ONNX (batch-including, batch=1) target shape."""
     shp = _shape(im, x)
-    size = int(np.prod(shp, dtype=np.int64))
+    size = math.prod(shp)
     per = tuple(int(d) for d in full[1:])
-    if int(np.prod(per, dtype=np.int64)) != size:
+    if any(d < 1 for d in per) or math.prod(per) != size:
         raise im.err(node, f"cannot reshape per-sample {list(shp)} to {list(per)}; the batch "
                      "dimension must stay first")
     if per == shp:
@@ -258,20 +327,33 @@ def _reshape(im: _Importer, node: onnx.NodeProto) -> None:
     x = node.input[0]
     shp = (1,) + _shape(im, x)
     if node.op_type == "Flatten":
-        ax = _attrs(node).get("axis", 1)
-        ax = ax + len(shp) if ax < 0 else ax
+        axis = _attrs(node).get("axis", 1)
+        ax = axis + len(shp) if axis < 0 else axis
+        if not 0 <= ax <= len(shp):
+            raise im.err(node, f"axis {axis} is out of range for a rank-{len(shp)} tensor")
         if ax == 0:
             raise im.err(node, "Flatten with axis 0 folds the batch dimension into the sample")
-        target = (int(np.prod(shp[:ax])), int(np.prod(shp[ax:])))
+        target = (math.prod(shp[:ax]), math.prod(shp[ax:]))
     elif node.op_type == "Reshape":
         if not im.is_const(node.input[1]):
             raise im.err(node, "Reshape target shape must be constant")
-        t = [int(v) for v in im.const(node.input[1]).reshape(-1)]
-        t = [shp[i] if (v == 0 and not _attrs(node).get("allowzero", 0)) else v
-             for i, v in enumerate(t)]
+        t = _int_const(im, node, node.input[1], "shape")
+        allowzero = im.flag(node, _attrs(node), "allowzero", 0)
+        if any(v < -1 for v in t) or t.count(-1) > 1 or (allowzero and 0 in t and -1 in t):
+            raise im.err(node, f"shape {t} is not a valid Reshape target (dimensions >= -1, at "
+                         "most one -1, and no -1 with a 0 under allowzero=1)")
+        if not allowzero and any(v == 0 and i >= len(shp) for i, v in enumerate(t)):
+            raise im.err(node, f"shape {t} copies (0) a dimension the rank-{len(shp)} input "
+                         "does not have")
+        t = [shp[i] if (v == 0 and not allowzero) else v for i, v in enumerate(t)]
+        if t and t[0] != 1 and (t[0] == -1 or t.count(-1) == 1):
+            t[0] = 1  # the batch, fixed or inferred, is the first dimension
         if -1 in t:
-            known = int(np.prod([v for v in t if v != -1]))
-            t[t.index(-1)] = int(np.prod(shp)) // max(known, 1)
+            known = math.prod(v for v in t if v != -1)
+            if known == 0 or math.prod(shp) % known:
+                raise im.err(node, f"cannot reshape per-sample {list(shp[1:])} to {t}: no "
+                             "whole size for the -1")
+            t[t.index(-1)] = math.prod(shp) // known
         target = tuple(t)
         if target and target[0] != 1:  # a fixed batch (e.g. 789444) written into the shape
             target = (1,) + target[1:]
@@ -279,15 +361,21 @@ def _reshape(im: _Importer, node: onnx.NodeProto) -> None:
         a = _attrs(node)
         axes = a.get("axes")
         if axes is None and len(node.input) > 1 and node.input[1]:
-            axes = [int(v) for v in im.const(node.input[1]).reshape(-1)]
+            axes = _int_const(im, node, node.input[1], "axes")
         if node.op_type == "Squeeze":
-            axes = [ax + len(shp) if ax < 0 else ax for ax in (axes or [i for i, d in enumerate(shp) if d == 1 and i > 0])]
+            axes = (_axes(im, node, list(axes), len(shp)) if axes
+                    else [i for i, d in enumerate(shp) if d == 1 and i > 0])
             if 0 in axes:
                 raise im.err(node, "cannot squeeze the batch dimension")
+            if any(shp[i] != 1 for i in axes):
+                raise im.err(node, f"cannot squeeze axes {sorted(axes)} of shape {list(shp)}: "
+                             "only dimensions of size 1 can be squeezed")
             target = tuple(d for i, d in enumerate(shp) if i not in axes)
         else:
-            out_rank = len(shp) + len(axes or [])
-            axes = sorted(ax + out_rank if ax < 0 else ax for ax in (axes or []))
+            if not axes:
+                raise im.err(node, "Unsqueeze needs axes")
+            out_rank = len(shp) + len(axes)
+            axes = sorted(_axes(im, node, list(axes), out_rank))
             if 0 in axes:
                 raise im.err(node, "cannot unsqueeze in front of the batch dimension")
             t = list(shp)
@@ -301,6 +389,9 @@ def _transpose(im: _Importer, node: onnx.NodeProto) -> None:
     x = node.input[0]
     shp = _shape(im, x)
     perm = list(_attrs(node).get("perm", list(range(len(shp) + 1))[::-1]))
+    if sorted(perm) != list(range(len(shp) + 1)):
+        raise im.err(node, f"perm {perm} is not a permutation of the {len(shp) + 1} axes of "
+                     "the input")
     if perm[0] != 0:
         raise im.err(node, f"Transpose perm {perm} moves the batch dimension")
     per = [p - 1 for p in perm[1:]]
@@ -319,7 +410,13 @@ def _identity(im: _Importer, node: onnx.NodeProto) -> None:
 def _dropout(im: _Importer, node: onnx.NodeProto) -> None:
     """Inference Dropout is the identity; training mode (random masks) is refused."""
     ins = list(node.input) + ["", ""]
+    for nm, what in ((ins[1], "ratio"), (ins[2], "training_mode")):
+        if nm and im.is_const(nm) and im.const(nm).size != 1:
+            raise im.err(node, f"{what} {nm!r} must be a scalar, got shape "
+                         f"{list(im.const(nm).shape)}")
     ratio = float(im.const(ins[1]).reshape(-1)[0]) if ins[1] and im.is_const(ins[1]) else 0.5
+    if not 0.0 <= ratio < 1.0:
+        raise im.err(node, f"ratio {ratio} is not in [0, 1)")
     training = ins[2] and (not im.is_const(ins[2]) or bool(im.const(ins[2]).reshape(-1)[0]))
     if training and ratio != 0.0:
         raise im.err(node, "Dropout in training mode (random mask) is not supported; "
@@ -327,26 +424,105 @@ def _dropout(im: _Importer, node: onnx.NodeProto) -> None:
     _identity(im, node)
 
 
-def _qdq(im: _Importer, node: onnx.NodeProto) -> None:
+# zero-point dtypes of QuantizeLinear the importer carries as a fixed-point type
+_QDQ_DTYPES = {np.dtype(np.int8): onnx.TensorProto.INT8, np.dtype(np.uint8): onnx.TensorProto.UINT8,
+               np.dtype(np.int16): onnx.TensorProto.INT16,
+               np.dtype(np.uint16): onnx.TensorProto.UINT16}
+
+
+def _qdq_params(im: _Importer, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray]:
+    """Scale and zero point of a QuantizeLinear/DequantizeLinear: constants, a positive
+    finite scale, a supported zero-point dtype, shapes that fit `axis`."""
+    from .onnx_import import Unsupported
+
     x, s = node.input[:2]
     zp = node.input[2] if len(node.input) > 2 and node.input[2] else None
-    if node.op_type == "DequantizeLinear":
-        return _identity(im, node)
-    zpv = im.const(zp) if zp else np.zeros((), np.uint8)
-    signed = zpv.dtype.kind == "i" or zp is None and False
+    a = _attrs(node)
+    sc = im.qparam(node, s, "scale")
+    im.check_scale(node, s, sc)
+    if zp is not None and not im.is_const(zp):
+        raise im.err(node, f"{node.op_type} parameter {zp!r} (zero point) must be a constant")
+    out_dt = a.get("output_dtype", 0)
     if zp is None:
-        signed = False
+        np_dt = (helper.tensor_dtype_to_np_dtype(out_dt) if out_dt in _QDQ_DTYPES.values()
+                 else None)
+        if out_dt and np_dt is None:
+            name = onnx.TensorProto.DataType.Name(out_dt) if out_dt in \
+                onnx.TensorProto.DataType.values() else str(out_dt)
+            raise Unsupported(f"{im.label(node)}: output_dtype {name} is not supported "
+                              "(INT8, UINT8, INT16, UINT16 are)", "dtype", name)
+        zpv = np.zeros((), np_dt or np.uint8)
+    else:
+        zpv = np.asarray(im.const(zp))
+        if zpv.dtype not in _QDQ_DTYPES:
+            name = str(zpv.dtype).upper()
+            raise Unsupported(f"{im.label(node)}: zero point {zp!r} has dtype {name}; "
+                              "supported: INT8, UINT8, INT16, UINT16", "dtype", name)
+        if out_dt and out_dt != _QDQ_DTYPES[zpv.dtype]:
+            raise im.err(node, f"output_dtype {out_dt} does not match the zero point's dtype "
+                         f"{zpv.dtype}")
+        if zpv.shape != sc.shape:
+            raise im.err(node, f"zero point {zp!r} of shape {list(zpv.shape)} does not match "
+                         f"the scale's shape {list(sc.shape)}")
+    if a.get("block_size", 0):
+        raise im.unsupported(node, "block_size", "blocked quantization (block_size != 0) is "
+                             "not supported")
+    full = im.full_shape(x)
+    if sc.ndim > 1:
+        raise im.err(node, f"scale {s!r} must be a scalar or 1-D, got shape {list(sc.shape)}")
+    if sc.ndim == 1:
+        axis = a.get("axis", 1)
+        if not -len(full) <= axis < len(full):
+            raise im.err(node, f"axis {axis} is out of range for a rank-{len(full)} tensor")
+        if sc.shape[0] != full[axis]:
+            raise im.err(node, f"scale {s!r} has {sc.shape[0]} values; axis {axis} of the "
+                         f"input has {full[axis]}")
+    return sc, zpv
+
+
+def _qdq(im: _Importer, node: onnx.NodeProto) -> None:
+    """QuantizeLinear -> a fixed-point type (Requant); DequantizeLinear right after it (same
+    scale and zero point) is the identity, since the IR carries real values."""
+    x = node.input[0]
+    sc, zpv = _qdq_params(im, node)
+    if node.op_type == "DequantizeLinear":
+        q = im.qdq.get(im.src(x))
+        if q is None:
+            raise im.err(node, f"input {x!r} is not the output of a QuantizeLinear (integer "
+                         "codes); only QuantizeLinear -> DequantizeLinear pairs are supported")
+        if q[1].dtype != zpv.dtype or not (np.array_equal(q[0], sc) and np.array_equal(q[1], zpv)):
+            raise im.err(node, f"scale/zero point ({zpv.dtype}) do not match the QuantizeLinear "
+                         f"that produced {x!r} ({q[1].dtype})")
+        return _identity(im, node)
+    signed = zpv.dtype.kind == "i"
     bits = 8 * zpv.dtype.itemsize
-    t = im._pow2_type(node, im.const(s), zpv, bits, signed, False, "ROUND")
+    t = im._pow2_type(node, sc, zpv, bits, signed, False, "ROUND")
     if t is None:
         raise im.err(node, "QuantizeLinear needs one power-of-two scale and zero point 0")
     if im.is_const(x):
         w = im.const(x).astype(np.float64)
-        vals = np.clip(np.round(w * 2.0 ** t.frac), t.qmin, t.qmax) * 2.0 ** -t.frac
+        if not np.all(np.isfinite(w)):
+            raise im.err(node, f"weight {im.src(x)!r} contains NaN or Inf")
+        with np.errstate(all="ignore"):  # huge weights saturate; no warning lines
+            vals = np.clip(np.round(w * 2.0 ** t.frac), t.qmin, t.qmax) * 2.0 ** -t.frac
         im.add_const(node.output[0], vals, t)
         return
     im.emit(node, "Requant", [x], node.output[0], _shape(im, x), quant_type=str(t))
     im.types[node.output[0]] = t
+    im.qdq[node.output[0]] = (sc, zpv)
+
+
+def _cast(im: _Importer, node: onnx.NodeProto) -> None:
+    """Cast of a (float32) activation to float32 is the identity; other dtypes are refused."""
+    from .onnx_import import Unsupported
+
+    to = _attrs(node).get("to", 0)
+    if to != onnx.TensorProto.FLOAT:
+        name = (onnx.TensorProto.DataType.Name(to) if to in onnx.TensorProto.DataType.values()
+                else str(to))
+        raise Unsupported(f"{im.label(node)}: Cast to {name} is not supported; the golden model "
+                          "computes float32 (FLOAT)", "dtype", name)
+    _identity(im, node)
 
 
 HANDLERS: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
@@ -365,4 +541,5 @@ HANDLERS: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Identity": _identity, "Dropout": _dropout,
     "Concat": _concat, "Gather": _gather,
     "QuantizeLinear": _qdq, "DequantizeLinear": _qdq,
+    "Cast": _cast,
 }

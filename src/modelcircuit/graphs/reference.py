@@ -320,6 +320,12 @@ def execute(g: Graph, inputs: list[Array], trace: bool = False,
             inputs_are_codes: bool = False) -> dict[str, Array]:
     """Run the graph on a batch. Returns every tensor if `trace`, else only the outputs.
     Fixed-point tensors are codes."""
+    with np.errstate(all="ignore"):  # float32 overflow to inf is IEEE, as ONNX computes it
+        return _execute(g, inputs, trace, inputs_are_codes)
+
+
+def _execute(g: Graph, inputs: list[Array], trace: bool, inputs_are_codes: bool
+             ) -> dict[str, Array]:
     env: dict[str, Array] = {}
     for name, x in zip(g.inputs, inputs if inputs_are_codes else quantize_inputs(g, inputs),
                        strict=True):

@@ -91,6 +91,11 @@ def accumulator_types(g: Graph) -> Graph:
                     cv = [c.qmin, c.qmax]
                 prods = [x.qmin * v for v in cv] + [x.qmax * v for v in cv]
                 if node.op == "LeakyRelu":
+                    if c.frac < 0:  # x >= 0 passes as x << frac: needs frac >= 0
+                        raise GraphError(f"node {node.name} (LeakyRelu): alpha is too large for "
+                                         f"fixed-point width {c.width} (it would need {c}, "
+                                         "with no fractional bits); alpha must be below "
+                                         f"2**{c.width - 1}")
                     prods.append(x.qmax << c.frac)
                 acc = _check(node, min(prods + [0]), max(prods + [0]), x.frac + c.frac, "product")
                 node = node.with_attrs(acc=str(acc))
