@@ -27,7 +27,7 @@ import pytest  # noqa: F401  (the marker below documents that this is a slow run
 
 import modelcircuit as mc
 from modelcircuit.api import compile
-from modelcircuit.hdl import fpga
+from modelcircuit.hdl.flow import FlowError, build
 
 pytestmark = pytest.mark.slow
 
@@ -57,9 +57,9 @@ def run_one(name: str, device: str, keep: Path | None) -> dict:
     compile_s = time.perf_counter() - t0
     out = (keep or Path(tempfile.mkdtemp(prefix="bench-fpga-"))) / f"{name}-{device}"
     try:
-        rep = fpga.build(c, device, out, reuse="auto",
-                         progress=lambda s: print(f"  {name}: {s}", file=sys.stderr, flush=True))
-    except fpga.FlowError as e:
+        rep = build(c, device, out, reuse="auto",
+                    progress=lambda s: print(f"  {name}: {s}", file=sys.stderr, flush=True))
+    except FlowError as e:
         return {"model": name, "device": device, "error": str(e).splitlines()[0],
                 "compile_s": round(compile_s, 2)}
     m = rep["model"]

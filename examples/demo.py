@@ -13,8 +13,8 @@ import sys
 import numpy as np
 
 import modelcircuit as mc
-from modelcircuit.cli import DEFAULT_MODEL, bundled
 from modelcircuit.cli import main as cli
+from modelcircuit.data import DEFAULT_MODEL, bundled
 
 
 def main() -> int:

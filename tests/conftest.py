@@ -126,5 +126,5 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (none here)")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)

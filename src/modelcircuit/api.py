@@ -12,9 +12,11 @@ from .graphs.ir import Graph, GraphError
 from .graphs.onnx_import import load_onnx
 from .graphs.pipeline import CompiledGraph, compile_graph
 from .graphs.types import NumType
+from .sim.backends import BACKENDS as BACKEND_TABLE
+from .sim.backends import run_backend
 
 __all__ = ["compile", "load_onnx", "run", "BACKENDS"]
-BACKENDS = ("golden", "rtl", "gpu", "gpu-emu")
+BACKENDS = tuple(BACKEND_TABLE)
 
 
 def compile(graph: Graph, precision: str | NumType | None = None,  # noqa: A001
@@ -46,17 +48,8 @@ def run(compiled: CompiledGraph, x: np.ndarray, backend: str = "golden", trace: 
     if backend != "golden":
         if trace:
             raise GraphError("trace=True is only available on the golden backend")
-        feeds = reference.quantize_inputs(g, [x])
-        if backend == "rtl":
-            from .sim.rtl import execute as rtl_execute
-
-            res = rtl_execute(compiled, feeds[0])
-            out = res["outputs"] if isinstance(res, dict) and "outputs" in res else res
-            out = out[g.outputs[0]] if isinstance(out, dict) else out
-        else:
-            from .gpu_backend import execute as gpu_execute
-
-            out = gpu_execute(compiled, feeds, emulate=(backend == "gpu-emu"))[g.outputs[0]]
+        codes_in = reference.quantize_inputs(g, [x])[0]
+        out, _notes = run_backend(backend, compiled, codes_in)
         out = np.asarray(out)
         return out if codes else reference.to_values(g, g.outputs[0], out)
     env = reference.execute(g, [x], trace=trace)

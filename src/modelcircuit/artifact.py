@@ -137,12 +137,14 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
             extra["gpu"] = write_artifact(compiled, d / "gpu")
         elif target in ("verilog", "fpga"):
             from .hdl import export_verilog
+            from .hdl.flow import plan_reuse
 
-            hdl = export_verilog(compiled, d / "hdl", reuse=reuse, **(hdl_options or {}))
+            hdl = export_verilog(compiled, d / "hdl", reuse=plan_reuse(compiled, reuse),
+                                 **(hdl_options or {}))
             hdl.pop("convert_s", None)  # a timing: kept out so the manifest is reproducible
             extra["hdl"] = hdl
             if target == "fpga":
-                from .hdl.fpga import run_flow
+                from .hdl.flow import run_flow
 
                 extra["fpga"] = run_flow(compiled, d / "hdl", d / "fpga", progress=progress)
         (d / "graph.json").write_text(dumps(graph_to_json(compiled.graph)))
@@ -150,4 +152,8 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
         extra["files"] = file_hashes(d)
         (d / "manifest.json").write_text(dumps(manifest(compiled, target, extra)))
 
+    if target == "fpga":  # refuse a design that cannot fit before the export and the flow
+        from .hdl.flow import fpga_profile, plan_build
+
+        plan_build(compiled, fpga_profile(compiled.profile), reuse, **(hdl_options or {}))
     return write_atomic(out, fill)

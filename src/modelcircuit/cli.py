@@ -19,12 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from .graphs.userio import DEFAULT_MODEL, bundled, load_array, parse_precision, shown
+from .data import DEFAULT_MODEL, bundled
+from .graphs.atomic import check_out_dir
+from .graphs.userio import load_array, parse_precision, shown
 
 __all__ = ["DEFAULT_MODEL", "bundled", "load_inputs", "main", "make_parser", "parse_precision",
            "parse_reuse"]
 EXIT_SIGINT, EXIT_SIGTERM, EXIT_INTERNAL = 130, 143, 70
 MAX_REUSE = 1 << 20
+DEFAULT_VECTORS = 100
 MAX_VECTORS = 10_000_000  # verify: (N, input) arrays in memory, and RTL simulation time
 
 
@@ -152,16 +155,97 @@ def cmd_profiles(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_verify(a: argparse.Namespace) -> int:
-    from .sim.verify import verify_from_args
+def select_inputs(a: argparse.Namespace, shape: tuple[int, ...]
+                  ) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """verify's vectors: (float inputs (N, *shape), labels or None, description) — from
+    --inputs, else the bundled test split for the bundled model, else seeded random normals."""
+    from .graphs.ir import GraphError
 
-    return verify_from_args(a)
+    n = a.vectors
+    size = int(np.prod(shape, dtype=np.int64))
+    if a.inputs is not None:
+        x = load_inputs(a.inputs)
+        if x.ndim == len(shape) and tuple(x.shape) == tuple(shape):
+            x = x[None]
+        if x.ndim < 1 or x.shape[0] == 0 or int(np.prod(x.shape[1:], dtype=np.int64)) != size:
+            raise GraphError(f"--inputs {shown(a.inputs)}: shape {list(x.shape)} does not match "
+                             f"the model's input: need (N, {', '.join(map(str, shape))})")
+        x = x.reshape((x.shape[0],) + tuple(shape))
+        return (x[:n] if n else x), None, f"{shown(a.inputs)} ({min(n or len(x), len(x))} vectors)"
+    if a.model is None or Path(a.model).resolve() == bundled(DEFAULT_MODEL).resolve():
+        d = np.load(bundled("digits_test.npz"))
+        x, y = d["x"], d["y"]
+        if n:
+            x, y = x[:n], y[:n]
+        return x.reshape((len(x),) + tuple(shape)), y, \
+            f"bundled {Path(DEFAULT_MODEL).stem} test split ({len(x)} vectors)"
+    n = n or DEFAULT_VECTORS
+    x = np.random.default_rng(a.seed).standard_normal((n,) + tuple(shape)).astype(np.float32)
+    return x, None, f"{n} random normal vectors (seed {a.seed})"
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from .api import compile as mc_compile
+    from .graphs import reference
+    from .graphs.userio import check_output_file, write_text_atomic
+    from .sim.verify import parse_backends, report_json, verify
+
+    backends = parse_backends(a.backends)
+    if a.json is not None:
+        check_output_file(a.json, "--json")  # a bad path fails before the long work
+    if "rtl" in backends:
+        from .sim.rtl import check_simulator
+
+        check_simulator(a.simulator)  # before any long work
+    compiled = compile_from_args(a)
+    g = compiled.graph
+    x, labels, source = select_inputs(a, tuple(g.tensor(g.inputs[0]).shape))
+    float_out = None
+    if labels is not None:  # accuracy of the float model too, where it compiles
+        try:
+            fc = mc_compile(load_model(a.model), precision="float32")
+            float_out = reference.execute(fc.graph, [x])[fc.graph.outputs[0]]
+        except ValueError:
+            float_out = None
+    rc, report = verify(compiled, x, backends, labels=labels, float_out=float_out,
+                        source=source, simulator=a.simulator, seed=a.seed)
+    if a.json is not None:
+        write_text_atomic(a.json, report_json(report), "--json")
+    return rc
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    from .hdl.fpga import build_from_args
+    from .hdl.flow import FlowError, build, fpga_profile, text_table
 
-    return build_from_args(a)
+    def say(s: str) -> None:
+        print(s, file=sys.stderr, flush=True)
+
+    prof = fpga_profile(a.device)
+    if a.board:
+        from .hdl.flow import board_for
+
+        board_for(a.board, prof)
+    reuse = parse_reuse(a.reuse)
+    if not a.profile:
+        a.profile = prof["name"]
+    out = (a.out if a.out is not None else
+           f"out/{Path(a.model or DEFAULT_MODEL).stem}-{prof['name']}"
+           + (f"-{a.board}" if a.board else ""))
+    check_out_dir(out)  # a bad --out fails before any work
+    compiled = compile_from_args(a)
+    try:
+        rep = build(compiled, prof["name"], Path(out), board=a.board,
+                    reuse=reuse if reuse is not None else "auto", progress=say,
+                    pipeline=a.pipeline, adder_levels=a.adder_levels)
+    except FlowError as e:
+        if e.tail:
+            say("last lines of the tool's log:")
+            for ln in e.tail.splitlines():
+                say(f"  | {ln}")
+        raise
+    print(text_table(rep), end="")
+    print(f"wrote {shown(out)}")
+    return 0
 
 
 def _model_arg(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ import jinja2
 
 from .graphs.cost import ledger, totals
 from .graphs.ir import Graph
+from .graphs.ops import attrs
 from .graphs.profiles import get_profile
 
 COLUMNS = ["node", "op", "in_shape", "out_shape", "out_type", "flops", "bytes", "multipliers",
@@ -26,13 +27,14 @@ def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
     for n, c in zip(g.nodes, costs, strict=True):
         acts = g.activations(n)
         layer = hdl_layers.get(n.name, {})
+        at = attrs(n)
         rows.append({
-            "node": n.name, "op": n.op + ("+relu" if n.get("relu") else ""),
+            "node": n.name, "op": n.op + ("+relu" if getattr(at, "relu", False) else ""),
             "in_shape": list(g.tensor(acts[0]).shape) if acts else [],
             "out_shape": list(g.tensor(n.outputs[0]).shape),
             "in_type": str(g.tensor(acts[0]).dtype) if acts else "",
             "out_type": str(g.tensor(n.outputs[0]).dtype),
-            "acc_type": n.get("acc", ""),
+            "acc_type": str(at.acc) if getattr(at, "acc", None) is not None else "",
             "flops": c.flops, "bytes": c.bytes,
             "multipliers": layer.get("multipliers", c.multipliers),
             "shifts": c.shifts, "zero_weights": c.zero_weights,

@@ -84,7 +84,7 @@ def test_emulator_build_is_cached(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MODELCIRCUIT_CACHE", str(tmp_path))
     c = compiled("two_layer_keras", "fixed<8,3>")
-    src = emulator.emulator_source(gb.program(c), c.graph.name)
+    src = emulator.emulator_source(gb.lower(c), c.graph.name)
     p1 = emulator.build(src)
     mtime = p1.stat().st_mtime_ns
     assert emulator.build(src) == p1 and p1.stat().st_mtime_ns == mtime

@@ -108,10 +108,29 @@ def test_unsupported_op_names_op_node_and_list(tmp_path, monkeypatch, capsys):
     assert err.startswith("error: node weird: op Conv has no GPU kernel") and err.count("\n") == 1, err
 
 
+def test_refused_op_says_why():
+    g = _graph("fixed<6,2>")
+    bad = tuple(Node.make("cat", "Concat", list(n.inputs), list(n.outputs), axis=0)
+                if n.name == "relu" else n for n in g.nodes)
+    with pytest.raises(gb.GpuError, match=r"node cat: op Concat has no GPU kernel \(no GPU "
+                       r"kernel yet.*\); supported: .*Dense"):
+        gb.generate(g.replace(nodes=bad))
+
+
+def test_tables_are_keyed_by_the_vocabulary():
+    from modelcircuit.graphs.ops import Op
+
+    assert all(isinstance(op, Op) for op in (*gb.LOWERING, *gb.REFUSED))
+    assert not set(gb.LOWERING) & set(gb.REFUSED)
+    assert all(why.strip() for why in gb.REFUSED.values())
+
+
 def test_artifact_is_deterministic(tmp_path):
+    from modelcircuit.gpu_backend import codegen
+
     c = compiled("qkeras_jettagging", None)
-    p1 = gb.write_artifact(c, tmp_path / "a")
-    gb.program.__globals__["_PROGRAMS"].clear()
+    p1 = gb.export(c, tmp_path / "a")
+    codegen._PROGRAMS.clear()  # the second export lowers again
     p2 = gb.write_artifact(c, tmp_path / "b")
     assert p1 == p2
     for f in ("kernels.cu", "plan.json", "weights.bin", "emu_shim.h"):
@@ -119,7 +138,8 @@ def test_artifact_is_deterministic(tmp_path):
     plan = json.loads((tmp_path / "a" / "plan.json").read_text())
     assert plan["graph_id"] == c.graph_id
     assert plan["memory"]["arena_bytes_per_sample"] <= plan["memory"]["naive_bytes_per_sample"]
-    assert [x["kernel"] for x in plan["launches"]] == [k.kname for k in gb.program(c).kernels]
+    assert [x["kernel"] for x in plan["launches"]] == [k.kname for k in gb.lower(c).kernels]
+    assert gb.program is gb.lower and gb.write_artifact is gb.export  # the names before
     f = tmp_path / "file"
     f.write_text("")
     with pytest.raises(gb.GpuError, match="is a file"):

@@ -21,7 +21,7 @@ def test_a_cuda_compiler_is_available():
 
 @pytest.mark.parametrize("name,precision", CASES, ids=[f"{n}-{p or 'model'}" for n, p in CASES])
 def test_every_kernel_compiles_for_sm90(name, precision):
-    prog = gb.program(compiled(name, precision))
+    prog = gb.lower(compiled(name, precision))
     ptx = gb.compile_ptx(prog.source, arch="sm_90").decode()
     assert ".target sm_90" in ptx
     entries = set(re.findall(r"\.entry\s+(\w+)", ptx))
@@ -39,7 +39,7 @@ def test_compile_error_is_one_line():
 def test_nvrtc_fallback(backend):
     if backend not in nvrtc.available():
         pytest.skip(f"{backend} not installed here (nvcc is used)")
-    prog = gb.program(compiled("qkeras_jettagging", None))
+    prog = gb.lower(compiled("qkeras_jettagging", None))
     assert b".entry" in gb.compile_ptx(prog.source, backend=backend)
 
 

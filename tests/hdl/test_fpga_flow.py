@@ -15,13 +15,15 @@ import pytest
 
 from modelcircuit.api import compile
 from modelcircuit.graphs.onnx_import import load_onnx
-from modelcircuit.hdl import fpga
+from modelcircuit.hdl.flow import build, fpga_profile
+from modelcircuit.hdl.flow.tools import Runner
+from modelcircuit.hdl.flow.yosys import synthesize, write_design
 
 from .test_fpga import DIGITS, cli, tiny_compiled
 
 
 def _check_report(rep: dict, device: str) -> None:
-    tot = fpga.fpga_profile(device)
+    tot = fpga_profile(device)
     res = rep["resources"]
     for k in ("lut", "ff"):
         assert 0 < res[k] <= tot[k], (k, res[k])
@@ -65,7 +67,7 @@ def test_digits_on_icebreaker_to_bitstream_via_cli(tmp_path, digits_test):
 
 def test_ecp5_out_of_context(tmp_path):
     c = tiny_compiled(profile="ecp5-25k")
-    rep = fpga.build(c, "ecp5-25k", tmp_path / "ecp5", reuse=2)
+    rep = build(c, "ecp5-25k", tmp_path / "ecp5", reuse=2)
     _check_report(rep, "ecp5-25k")
     assert rep["out_of_context"] and rep["model"]["ii"] == 2
     assert rep["model"]["latency_ns"] > 0
@@ -77,7 +79,7 @@ def test_digits_ecp5_auto_fmax(tmp_path):
     ("fmax") schedule: at least 100 MHz post-route (measured 124.6 MHz at R 32/32/16, II 32,
     66 % of the LUTs; about 2.5 min)."""
     c = compile(load_onnx(DIGITS), precision="fixed<6,3>", profile="ecp5-25k")
-    rep = fpga.build(c, "ecp5-25k", tmp_path / "d", reuse="auto")
+    rep = build(c, "ecp5-25k", tmp_path / "d", reuse="auto")
     _check_report(rep, "ecp5-25k")
     m = rep["model"]
     assert m["pipeline"] == "fmax" and m["ii"] == m["fit"]["ii"] > 1
@@ -112,11 +114,11 @@ def test_folded_coefficients_in_block_ram(tmp_path):
     res = simulate(top, info, x[:2])
     assert res.delivered[0] - res.accepted[0] == info["latency"]
     check(c, x[:6], reuse=32, backpressure=0.3)
-    prof = fpga.fpga_profile("ecp5-25k")
+    prof = fpga_profile("ecp5-25k")
     work = tmp_path / "work"
     work.mkdir()
-    design = fpga.write_design(build_top(c, 32, pipeline="fmax")[0], work / "design.il")
-    st = fpga.synthesize(design, prof, work, fpga.Runner(tmp_path / "logs"))
+    design = write_design(build_top(c, 32, pipeline="fmax")[0], work / "design.il")
+    st = synthesize(design, prof, work, Runner(tmp_path / "logs"))
     assert st["bram"] >= 1, st["cells"]
 
 
@@ -126,7 +128,7 @@ def test_ulx3s_board_build_to_bitstream(tmp_path):
     (slow: the 85k device database alone takes nextpnr a while)."""
     c = tiny_compiled(profile="ecp5-85k")
     out = tmp_path / "ulx3s"
-    rep = fpga.build(c, "ecp5-85k", out, board="ulx3s-85f", reuse=2)
+    rep = build(c, "ecp5-85k", out, board="ulx3s-85f", reuse=2)
     _check_report(rep, "ecp5-85k")
     assert rep["board"] == "ulx3s-85f" and not rep["out_of_context"]
     assert (out / "top.bit").stat().st_size > 100_000

@@ -1,5 +1,5 @@
-"""Register schedule (dense.plan_stages, the "latency" and "fmax" presets), folding over
-outputs, coefficient ROMs and `--reuse auto` through fit.fit_reuse: the latency computed at
+"""Register schedule (schedule.plan_stages, the "latency" and "fmax" presets), folding over
+outputs, coefficient ROMs and `--reuse auto` through flow.fit.fit_reuse: the latency computed at
 compile time is the simulated one, results stay bit-exact."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from modelcircuit.hdl import build_top
-from modelcircuit.hdl.dense import PIPELINES, plan_stages
-from modelcircuit.hdl.reuse import fold_multipliers, fold_shape
+from modelcircuit.hdl.fold import fold_multipliers, fold_shape
+from modelcircuit.hdl.schedule import SCHEDULES, plan_stages
 from modelcircuit.hdl.simulate import simulate
 
 from .helpers import check
@@ -27,7 +27,7 @@ def test_plan_stages():
     assert plan_stages([3, 1, 1, 1, 1], 3) == [True, False, False, True, False]
 
 
-@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+@pytest.mark.parametrize("pipeline", sorted(SCHEDULES))
 @pytest.mark.parametrize("reuse,levels", [(1, 1), (1, 2), (1, 3), (3, 1), (4, 2), (13, 1),
                                           (24, 2), (24, 3)])
 def test_latency_is_exact(pipeline, reuse, levels):
@@ -56,21 +56,36 @@ def test_default_pipeline_follows_the_target():
     c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
     assert build_top(c, 1)[1]["pipeline"] == "latency"  # no FPGA profile: fewest cycles
     info = build_top(dataclasses.replace(c, profile="ecp5-25k"), 1)[1]
-    assert info["pipeline"] == "fmax" and info["adder_levels"] == PIPELINES["fmax"].adder_levels
+    assert info["pipeline"] == "fmax" and info["adder_levels"] == SCHEDULES["fmax"].adder_levels
     # "fmax": constants of <= 3 signed digits are shift-add leaves, not multipliers
     assert info["layers"][0]["shift_add"] > 0
     assert info["multipliers"] < build_top(c, 1)[1]["multipliers"]
 
 
 def test_reuse_auto_is_the_fit_plan():
-    from modelcircuit.hdl import fpga
-    from modelcircuit.hdl.fit import fit_reuse
+    from modelcircuit.hdl.flow import fit_reuse, fpga_profile, plan_reuse
 
     c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
     c = dataclasses.replace(c, profile="ice40-up5k")
-    info = build_top(c, "auto")[1]
-    plan = fit_reuse(c, fpga.fpga_profile("ice40-up5k"))
+    info = build_top(c, plan_reuse(c, "auto"))[1]
+    plan = fit_reuse(c, fpga_profile("ice40-up5k"))
     assert info["fit"] == plan.to_json() and info["fit"]["device"] == "ice40-up5k"
     assert [lay["reuse"] for lay in info["layers"]] == [plan.reuse["fc"]]
     c = dataclasses.replace(c, profile=None)  # no FPGA profile: fitted against ecp5-85k
-    assert build_top(c, "auto")[1]["fit"]["device"] == "ecp5-85k"
+    assert build_top(c, plan_reuse(c, "auto"))[1]["fit"]["device"] == "ecp5-85k"
+
+
+def test_the_circuit_takes_a_resolved_plan():
+    """The circuit never fits: "auto" (given, or the compiled option) is refused there and
+    resolved by the flow (plan_reuse), which leaves any other reuse as it is."""
+    from modelcircuit.hdl import HdlError, ReusePlan
+    from modelcircuit.hdl.flow import plan_reuse
+
+    c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
+    with pytest.raises(HdlError, match="resolved|fitted to a device by the FPGA flow"):
+        build_top(c, "auto")
+    with pytest.raises(HdlError, match="fitted to a device by the FPGA flow"):
+        build_top(dataclasses.replace(c, options={**c.options, "reuse": "auto"}))
+    assert plan_reuse(c, 3) == 3 and plan_reuse(c, {"fc": 2}) == {"fc": 2}
+    p = plan_reuse(dataclasses.replace(c, options={**c.options, "reuse": "auto"}))
+    assert isinstance(p, ReusePlan) and set(p.layers) == {"fc"} and p.fit["device"] == "ecp5-85k"

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from modelcircuit.hdl import tools
-from modelcircuit.hdl.tools import Runner, ToolError, warm_tool
+from modelcircuit.hdl.flow import tools
+from modelcircuit.hdl.flow.tools import Runner, ToolError, warm_tool
 
 
 def test_a_tool_killed_by_a_signal_is_named(tmp_path):
@@ -53,7 +53,7 @@ def test_yowasp_cache_dir_honours_the_env(monkeypatch, tmp_path):
     assert tools.yowasp_cache_dir().name == "YoWASP"
 
 
-WARM = ("from modelcircuit.hdl.tools import warm_tool; "
+WARM = ("from modelcircuit.hdl.flow.tools import warm_tool; "
         "print('compiled' if warm_tool('yosys') else 'cached', flush=True)")
 
 

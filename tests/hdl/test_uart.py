@@ -15,6 +15,7 @@ from modelcircuit.api import compile
 from modelcircuit.graphs import reference
 from modelcircuit.graphs.onnx_import import load_onnx
 from modelcircuit.hdl import build_top
+from modelcircuit.hdl.flow import plan_reuse
 from modelcircuit.hdl.uart import UartWrapper, decode_vector, encode_vector, frame_bytes
 from modelcircuit.sim import rtl
 from modelcircuit.sim.codes import Port, pack, unpack
@@ -59,7 +60,7 @@ def test_uart_wrapped_model_bit_exact(tmp_path, digits_test, model, reuse, pipel
                     profile="ice40-up5k")
     else:
         c = tiny_compiled()
-    core, info = build_top(c, reuse=reuse, pipeline=pipeline)
+    core, info = build_top(c, reuse=plan_reuse(c, reuse), pipeline=pipeline)
     pin, pout = Port.from_info(info["input"]), Port.from_info(info["output"])
     div, timeout = 4, 400
     w = UartWrapper(core, pin.elements * pin.width, pout.elements * pout.width, divisor=div,

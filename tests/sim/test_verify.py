@@ -10,7 +10,6 @@ import pytest
 
 from modelcircuit.cli import main
 from modelcircuit.sim import rtl
-from modelcircuit.sim import verify as V
 
 pytestmark = pytest.mark.xdist_group("sim")
 
@@ -36,16 +35,17 @@ def test_verify_with_gpu_emulator(cli_cache, capsys) -> None:
 
 
 def test_verify_mismatch_exits_1_naming_vector_and_element(cli_cache, monkeypatch, capsys) -> None:
-    real = V.run_backend
+    from modelcircuit.sim import backends as B
 
-    def corrupt(name, compiled, codes, golden, a):  # noqa: ANN001, ANN202
-        out, notes = real(name, compiled, codes, golden, a)
-        if name == "rtl":
-            out = out.copy()
-            out.reshape(len(out), -1)[5, 2] ^= 1
+    real = B.BACKENDS["rtl"]
+
+    def corrupt(compiled, codes, options):  # noqa: ANN001, ANN202
+        out, notes = real(compiled, codes, options)
+        out = out.copy()
+        out.reshape(len(out), -1)[5, 2] ^= 1
         return out, notes
 
-    monkeypatch.setattr(V, "run_backend", corrupt)
+    monkeypatch.setitem(B.BACKENDS, "rtl", corrupt)
     rc = main(["verify", "--backends", "golden,rtl", "--vectors", "20"])
     text = capsys.readouterr().out
     assert rc == 1
@@ -54,7 +54,7 @@ def test_verify_mismatch_exits_1_naming_vector_and_element(cli_cache, monkeypatc
 
 def test_random_vectors_for_another_model(cli_cache, tmp_path, capsys) -> None:
     """A model other than the default gets seeded random normal vectors (golden only here)."""
-    from modelcircuit.cli import bundled
+    from modelcircuit.data import bundled
 
     m = tmp_path / "m.onnx"
     m.write_bytes(bundled("digits_mlp.onnx").read_bytes())

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .codegen import BLOCK, GpuError, Program, render
+from .codegen import render
+from .kernel import BLOCK, GpuError, Program
 
 CXXFLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC", "-fno-fast-math", "-ffp-contract=off",
             "-w"]

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .codegen import GpuError
+from .kernel import GpuError
 
 OPTIONS = ("-std=c++17",)
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .codegen import BLOCK, GpuError, Program
+from .codegen import lower
+from .kernel import BLOCK, GpuError, Program
 
 DEFAULT_BUCKETS = (1, 64, 4096, 65536)
 _NP = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
@@ -219,12 +220,13 @@ _LOADED: dict[tuple[int, int], tuple[Any, GpuModel]] = {}
 
 def load(compiled: Any, device: int = 0, force: bool = False,
          buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> GpuModel:
-    from . import program
-
+    """Load onto a CUDA device: weights once, one arena, streams, pinned buffers, CUDA graphs
+    (cached per compiled graph and device). Raises GpuError (one line) when there is no
+    usable GPU."""
     key = (id(compiled), device)
     hit = _LOADED.get(key)
     if hit is not None and hit[0] is compiled and hit[1].buckets == tuple(sorted(set(buckets))):
         return hit[1]
-    m = GpuModel(compiled, program(compiled), device, force, buckets)
+    m = GpuModel(compiled, lower(compiled), device, force, buckets)
     _LOADED[key] = (compiled, m)
     return m

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .ir import Graph, GraphError, Node, Tensor, toposort
+from .ops import Op
 from .types import NumType, parse_type
 
 
@@ -37,7 +38,7 @@ class GraphBuilder:
         self._tensors[name] = Tensor(name, arr.shape, parse_type(t) if isinstance(t, str) else t)
         return name
 
-    def _node(self, op: str, inputs: list[str], shape: tuple[int, ...], name: str | None,
+    def _node(self, op: Op, inputs: list[str], shape: tuple[int, ...], name: str | None,
               out_type: NumType | str | None = None, **attrs: Any) -> str:
         nname = name or f"{op.lower()}{len(self._nodes)}"
         out = self._fresh(nname)
@@ -65,38 +66,38 @@ class GraphBuilder:
         ins = [x, self._const(f"{nm}_W", w)]
         if b is not None:
             ins.append(self._const(f"{nm}_b", np.asarray(b).reshape(w.shape[1])))
-        return self._node("Dense", ins, (w.shape[1],), nm, out_type)
+        return self._node(Op.DENSE, ins, (w.shape[1],), nm, out_type)
 
     def relu(self, x: str, name: str | None = None, out_type: NumType | str | None = None) -> str:
-        return self._node("Relu", [x], self.shape(x), name, out_type)
+        return self._node(Op.RELU, [x], self.shape(x), name, out_type)
 
     def leaky_relu(self, x: str, alpha: float = 0.01, name: str | None = None) -> str:
-        return self._node("LeakyRelu", [x], self.shape(x), name, alpha=float(alpha))
+        return self._node(Op.LEAKY_RELU, [x], self.shape(x), name, alpha=float(alpha))
 
     def activation(self, x: str, func: str, name: str | None = None,
                    out_type: NumType | str | None = None) -> str:
         if func not in ("sigmoid", "tanh", "selu"):
             raise GraphError(f"unknown activation {func!r}; known: sigmoid, tanh, selu")
-        return self._node("Lut", [x], self.shape(x), name, out_type, func=func)
+        return self._node(Op.LUT, [x], self.shape(x), name, out_type, func=func)
 
     def softmax(self, x: str, name: str | None = None, out_type: NumType | str | None = None) -> str:
-        return self._node("Softmax", [x], self.shape(x), name, out_type)
+        return self._node(Op.SOFTMAX, [x], self.shape(x), name, out_type)
 
     def add(self, a: str, b: str | np.ndarray, name: str | None = None,
             out_type: NumType | str | None = None) -> str:
         if not isinstance(b, str):
             b = self._const(f"{name or 'add'}_c", np.broadcast_to(b, self.shape(a)))
-        return self._node("Add", [a, b], self.shape(a), name, out_type)
+        return self._node(Op.ADD, [a, b], self.shape(a), name, out_type)
 
     def mul(self, x: str, c: np.ndarray | float, name: str | None = None,
             out_type: NumType | str | None = None) -> str:
         cn = self._const(f"{name or 'mul'}_c", c)
-        return self._node("Mul", [x, cn], self.shape(x), name, out_type)
+        return self._node(Op.MUL, [x, cn], self.shape(x), name, out_type)
 
     def quant(self, x: str, t: NumType | str, name: str | None = None) -> str:
         """A model quantizer: the tensor after it has type t, whatever the precision."""
         tt = parse_type(t) if isinstance(t, str) else t
-        return self._node("Requant", [x], self.shape(x), name, tt, quant_type=str(tt))
+        return self._node(Op.REQUANT, [x], self.shape(x), name, tt, quant_type=str(tt))
 
     def output(self, x: str) -> None:
         self._outputs.append(x)
@@ -104,7 +105,7 @@ class GraphBuilder:
     def build(self) -> Graph:
         if not self._inputs or not self._outputs:
             raise GraphError("a graph needs at least one input and one output")
-        typed = any(n.op == "Requant" for n in self._nodes)
+        typed = any(n.op == Op.REQUANT for n in self._nodes)
         nodes = toposort(self._nodes, self._inputs + list(self._consts))
         return Graph(self.name, tuple(self._inputs), tuple(self._outputs), nodes,
                      dict(self._tensors), dict(self._consts),

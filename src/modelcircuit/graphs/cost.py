@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .ir import Graph, Node
+from .ops import ELEMENTWISE_BINARY, Op
 from .types import FixedType
 
 
@@ -41,10 +42,16 @@ def is_pow2(v: np.ndarray) -> np.ndarray:
     return (a != 0) & ((a & (a - 1)) == 0)
 
 
+# one operation per output element (Div, of two float activations, is counted as none)
+_ONE_FLOP = (ELEMENTWISE_BINARY - {Op.DIV}) | {Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR,
+                                               Op.BATCHNORM}
+_ONE_MULT = frozenset({Op.MUL, Op.LEAKY_RELU})
+
+
 def node_cost(g: Graph, node: Node, profile: dict[str, Any] | None = None) -> NodeCost:
     flops = mults = shifts = zeros = 0
     out = g.tensor(node.outputs[0])
-    if node.op == "Dense":
+    if node.op == Op.DENSE:
         w = np.asarray(g.constants[node.inputs[1]])
         flops = 2 * w.size + (out.size if len(node.inputs) > 2 else 0)
         if isinstance(g.tensor(node.inputs[1]).dtype, FixedType):
@@ -54,13 +61,13 @@ def node_cost(g: Graph, node: Node, profile: dict[str, Any] | None = None) -> No
             mults = int((nz & ~p2).sum())
         else:
             mults = int(w.size)
-    elif node.op in ("Add", "Sub", "Mul", "Relu", "LeakyRelu", "Requant", "Bipolar", "BatchNorm"):
+    elif node.op in _ONE_FLOP:
         flops = out.size
-        if node.op in ("Mul", "LeakyRelu"):
+        if node.op in _ONE_MULT:
             mults = out.size
-    elif node.op in ("Lut", "Threshold"):
+    elif node.op in (Op.LUT, Op.THRESHOLD):
         flops = out.size
-    elif node.op == "Softmax":
+    elif node.op == Op.SOFTMAX:
         flops = 4 * out.size
         mults = out.size
     nbytes = sum(_bytes(g, i) for i in node.inputs if i) + _bytes(g, node.outputs[0])

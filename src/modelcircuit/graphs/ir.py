@@ -45,7 +45,10 @@ def _freeze(v: Any) -> Any:
 
 @dataclass(frozen=True)
 class Node:
-    """One op. `inputs` lists activations first, then constants (weights, tables)."""
+    """One op. `inputs` lists activations first, then constants (weights, tables).
+
+    `op` is an `ops.Op` (a str enum) or the equal text; `attrs` holds plain JSON values
+    (types as their text), read typed through `ops.attrs(node)`; ops.SPECS says which."""
 
     name: str
     op: str

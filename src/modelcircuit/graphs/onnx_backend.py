@@ -250,7 +250,7 @@ class GoldenRep(BackendRep):
 
     @staticmethod
     def _import(m: onnx.ModelProto) -> Any:
-        from ..api import compile as compile_graph
+        from .pipeline import compile_graph
 
         graph = import_model(m, name=m.graph.name or "model")
         compiled = compile_graph(graph, precision="float32")

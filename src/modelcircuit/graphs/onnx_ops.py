@@ -1,6 +1,7 @@
 """ONNX op handlers for the importer: one function per standard op, in one table.
 
-Each handler reads an ONNX node and emits IR nodes through the importer (`_Importer`), which
+The handlers of ops that only move values (Reshape, Transpose, ...) are in onnx_layout.py,
+those of the quantizers (QuantizeLinear/DequantizeLinear) in onnx_quant.py. Each handler reads an ONNX node and emits IR nodes through the importer (`_Importer`), which
 owns constants, shapes and aliases. The importer has already checked the node against its
 schema (input and output counts, attribute names and types) and that its inputs exist; a
 handler checks the values: axes, perms, shapes, parameters. Every refusal is `im.err(node,
@@ -9,51 +10,18 @@ handler checks the values: axes, perms, shapes, parameters. Every refusal is `im
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import helper
+
+from .onnx_io import Unsupported
+from .onnx_layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
+from .onnx_quant import qdq
 
 if TYPE_CHECKING:
     from .onnx_import import _Importer
-
-
-def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
-def _shape(im: _Importer, name: str) -> tuple[int, ...]:
-    """Per-sample shape of an activation input of the node being imported."""
-    s = im.src(name)
-    if s not in im.shapes:
-        raise im.err(im.node, f"input {name!r} must be an activation here, not a constant")
-    return im.shapes[s]
-
-
-def _int_const(im: _Importer, node: onnx.NodeProto, name: str, what: str) -> list[int]:
-    """A constant 1-D (or scalar) integer input, e.g. a shape or axes."""
-    if not im.is_const(name):
-        raise im.err(node, f"{what} {name!r} must be a constant")
-    v = np.asarray(im.const(name))
-    if v.dtype.kind not in "iu" or v.ndim > 1:
-        raise im.err(node, f"{what} {name!r} must be a 1-D integer tensor, got dtype {v.dtype} "
-                     f"shape {list(v.shape)}")
-    return [int(x) for x in v.reshape(-1)]
-
-
-def _axes(im: _Importer, node: onnx.NodeProto, axes: list[int], rank: int) -> list[int]:
-    """ONNX axes of a rank-`rank` tensor, made non-negative; out of range or repeated: refused."""
-    out = []
-    for a in axes:
-        if not -rank <= a < rank:
-            raise im.err(node, f"axis {a} is out of range for a rank-{rank} tensor")
-        out.append(a + rank if a < 0 else a)
-    if len(set(out)) != len(out):
-        raise im.err(node, f"axes {axes} repeat an axis")
-    return out
 
 
 def _matmul(im: _Importer, node: onnx.NodeProto) -> None:
@@ -61,7 +29,7 @@ def _matmul(im: _Importer, node: onnx.NodeProto) -> None:
     if not im.is_const(w):
         raise im.err(node, "MatMul of two activations is not supported (weights must be constant)")
     W = im.const(w)
-    xs = _shape(im, x)
+    xs = act_shape(im, x)
     if W.ndim != 2 or len(xs) != 1 or xs[0] != W.shape[0]:
         raise im.err(node, f"MatMul needs a per-sample vector times a 2-D weight, got "
                      f"{list(xs)} x {list(W.shape)}")
@@ -69,7 +37,7 @@ def _matmul(im: _Importer, node: onnx.NodeProto) -> None:
 
 
 def _gemm(im: _Importer, node: onnx.NodeProto) -> None:
-    a = _attrs(node)
+    a = attrs(node)
     ins = list(node.input) + [""] * (3 - len(node.input))
     x, w, c = ins[:3]
     if im.flag(node, a, "transA", 0):
@@ -78,7 +46,7 @@ def _gemm(im: _Importer, node: onnx.NodeProto) -> None:
     trans_b = im.flag(node, a, "transB", 0)
     if not im.is_const(w) or (c and not im.is_const(c)):
         raise im.err(node, "Gemm weights and bias must be constants")
-    xs = _shape(im, x)
+    xs = act_shape(im, x)
     if im.const(w).ndim != 2:
         raise im.err(node, f"Gemm weight {w!r} must be 2-D, got shape {list(im.const(w).shape)}")
     W = im.const(w).astype(np.float64)
@@ -133,7 +101,7 @@ def _binary(im: _Importer, node: onnx.NodeProto) -> None:
     if not ca and not cb:
         return _binary_activations(im, node)
     x, c = (b, a) if ca else (a, b)
-    shp = _shape(im, x)
+    shp = act_shape(im, x)
     cv = _bcast_shape(im, node, shp, im.const(c))
     ctype = im.const_types.get(im.src(c))
     if op == "Add":
@@ -163,7 +131,7 @@ def _binary_activations(im: _Importer, node: onnx.NodeProto) -> None:
     at compile time, as is broadcasting between activations)."""
     op = node.op_type
     a, b = node.input
-    sa, sb = _shape(im, a), _shape(im, b)
+    sa, sb = act_shape(im, a), act_shape(im, b)
     if len(sa) != len(sb):
         raise im.err(node, f"{op} of activations of ranks {len(sa) + 1} and {len(sb) + 1} "
                      "would broadcast the batch dimension (both operands must have the "
@@ -178,15 +146,15 @@ def _binary_activations(im: _Importer, node: onnx.NodeProto) -> None:
 
 def _unary(op: str, **fixed: Any) -> Callable[[_Importer, onnx.NodeProto], None]:
     def h(im: _Importer, node: onnx.NodeProto) -> None:
-        a = _attrs(node)
-        attrs = dict(fixed)
+        a = attrs(node)
+        ir_attrs = dict(fixed)
         if op == "LeakyRelu":
-            attrs["alpha"] = float(a.get("alpha", 0.01))
+            ir_attrs["alpha"] = float(a.get("alpha", 0.01))
         if fixed.get("func") == "selu":
-            attrs["alpha"] = float(a.get("alpha", 1.67326319217681884765625))
-            attrs["gamma"] = float(a.get("gamma", 1.05070102214813232421875))
+            ir_attrs["alpha"] = float(a.get("alpha", 1.67326319217681884765625))
+            ir_attrs["gamma"] = float(a.get("gamma", 1.05070102214813232421875))
         x = node.input[0]
-        im.emit(node, op, [x], node.output[0], _shape(im, x), **attrs)
+        im.emit(node, op, [x], node.output[0], act_shape(im, x), **ir_attrs)
     return h
 
 
@@ -194,10 +162,10 @@ def _softmax(im: _Importer, node: onnx.NodeProto) -> None:
     """Softmax over the last per-sample axis; another axis goes through Transposes (opset
     >= 13: one axis) or Reshapes (opset < 13: the input is coerced to 2-D at `axis`)."""
     x = node.input[0]
-    shp = _shape(im, x)
-    axis = _attrs(node).get("axis", 1 if im.opset < 13 else -1)
+    shp = act_shape(im, x)
+    axis = attrs(node).get("axis", 1 if im.opset < 13 else -1)
     rank = len(shp) + 1
-    ax = _batch_axis(im, node, axis, rank) + 1  # a Softmax over dimension 0 mixes samples
+    ax = batch_axis(im, node, axis, rank) + 1  # a Softmax over dimension 0 mixes samples
     out = node.output[0]
     if im.opset < 13:
         inner = (int(np.prod(shp[:ax - 1], dtype=np.int64)),) if ax > 1 else ()
@@ -219,59 +187,9 @@ def _softmax(im: _Importer, node: onnx.NodeProto) -> None:
     im.emit(node, "Transpose", [t2], out, shp, perm=perm)
 
 
-def _batch_axis(im: _Importer, node: onnx.NodeProto, axis: int, rank: int) -> int:
-    """ONNX axis of a rank-`rank` (batch-including) tensor -> per-sample axis."""
-    ax = axis + rank if axis < 0 else axis
-    if not 0 <= ax < rank:
-        raise im.err(node, f"axis {axis} is out of range for a rank-{rank} tensor")
-    if ax == 0:
-        raise im.err(node, f"axis {axis} is the batch dimension (dimension 0); only per-sample "
-                     "axes are supported")
-    return ax - 1
-
-
-def _concat(im: _Importer, node: onnx.NodeProto) -> None:
-    """Concat of activations along a per-sample axis (constants mixed in are refused)."""
-    ins = [i for i in node.input if i]
-    consts = [i for i in ins if im.is_const(i)]
-    if consts:
-        raise im.err(node, f"Concat of activations with constants {consts} is not supported")
-    shapes = [_shape(im, i) for i in ins]
-    ax = _batch_axis(im, node, int(_attrs(node)["axis"]), len(shapes[0]) + 1)
-    for s in shapes[1:]:
-        if len(s) != len(shapes[0]) or any(
-                a != b for k, (a, b) in enumerate(zip(s, shapes[0], strict=True)) if k != ax):
-            raise im.err(node, f"Concat of per-sample shapes {[list(t) for t in shapes]} along "
-                         f"axis {ax + 1}: the other dimensions differ")
-    out = list(shapes[0])
-    out[ax] = sum(s[ax] for s in shapes)
-    im.emit(node, "Concat", ins, node.output[0], tuple(out), axis=ax)
-
-
-def _gather(im: _Importer, node: onnx.NodeProto) -> None:
-    """Gather along a per-sample axis of an activation with constant indices; the indices
-    (negative ones made positive) are stored as the node's `indices` attribute."""
-    x, idx = node.input[:2]
-    if not im.is_const(idx):
-        raise im.err(node, "Gather indices must be constants")
-    shp = _shape(im, x)
-    ax = _batch_axis(im, node, int(_attrs(node).get("axis", 0)), len(shp) + 1)
-    if im.const(idx).dtype.kind not in "iu":
-        raise im.err(node, f"Gather indices {idx!r} must be integers, got {im.const(idx).dtype}")
-    iv = np.asarray(im.const(idx)).astype(np.int64)
-    n = shp[ax]
-    if np.any(iv < -n) or np.any(iv >= n):
-        raise im.err(node, f"Gather indices {iv.reshape(-1).tolist()} are out of range for "
-                     f"a dimension of size {n}")
-    iv = np.where(iv < 0, iv + n, iv)
-    out = shp[:ax] + tuple(iv.shape) + shp[ax + 1:]
-    im.emit(node, "Gather", [x], node.output[0], out, axis=ax, indices=iv.tolist(),
-            indices_shape=list(iv.shape))
-
-
 def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
     x, s, b, m, v = node.input[:5]
-    a = _attrs(node)
+    a = attrs(node)
     eps = float(a.get("epsilon", 1e-5))
     if im.flag(node, a, "training_mode", 0):
         raise im.unsupported(node, "training_mode", "BatchNormalization with training_mode=1 "
@@ -282,7 +200,7 @@ def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
                              "per element) is not supported")
     if eps < 0:
         raise im.err(node, f"epsilon {eps:g} is negative")
-    shp = _shape(im, x)
+    shp = act_shape(im, x)
     if not shp:
         raise im.err(node, "BatchNormalization needs a channel dimension (dimension 1)")
     for nm in (s, b, m, v):
@@ -308,105 +226,6 @@ def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
             epsilon=eps)
 
 
-def _reshape_to(im: _Importer, node: onnx.NodeProto, x: str, full: tuple[int, ...]) -> None:
-    """Reshape given an ONNX (batch-including, batch=1) target shape."""
-    shp = _shape(im, x)
-    size = math.prod(shp)
-    per = tuple(int(d) for d in full[1:])
-    if any(d < 1 for d in per) or math.prod(per) != size:
-        raise im.err(node, f"cannot reshape per-sample {list(shp)} to {list(per)}; the batch "
-                     "dimension must stay first")
-    if per == shp:
-        im.alias[node.output[0]] = im.src(x)
-        im.shapes[node.output[0]] = shp
-        return
-    im.emit(node, "Reshape", [x], node.output[0], per, shape=list(per))
-
-
-def _reshape(im: _Importer, node: onnx.NodeProto) -> None:
-    x = node.input[0]
-    shp = (1,) + _shape(im, x)
-    if node.op_type == "Flatten":
-        axis = _attrs(node).get("axis", 1)
-        ax = axis + len(shp) if axis < 0 else axis
-        if not 0 <= ax <= len(shp):
-            raise im.err(node, f"axis {axis} is out of range for a rank-{len(shp)} tensor")
-        if ax == 0:
-            raise im.err(node, "Flatten with axis 0 folds the batch dimension into the sample")
-        target = (math.prod(shp[:ax]), math.prod(shp[ax:]))
-    elif node.op_type == "Reshape":
-        if not im.is_const(node.input[1]):
-            raise im.err(node, "Reshape target shape must be constant")
-        t = _int_const(im, node, node.input[1], "shape")
-        allowzero = im.flag(node, _attrs(node), "allowzero", 0)
-        if any(v < -1 for v in t) or t.count(-1) > 1 or (allowzero and 0 in t and -1 in t):
-            raise im.err(node, f"shape {t} is not a valid Reshape target (dimensions >= -1, at "
-                         "most one -1, and no -1 with a 0 under allowzero=1)")
-        if not allowzero and any(v == 0 and i >= len(shp) for i, v in enumerate(t)):
-            raise im.err(node, f"shape {t} copies (0) a dimension the rank-{len(shp)} input "
-                         "does not have")
-        t = [shp[i] if (v == 0 and not allowzero) else v for i, v in enumerate(t)]
-        if t and t[0] != 1 and (t[0] == -1 or t.count(-1) == 1):
-            t[0] = 1  # the batch, fixed or inferred, is the first dimension
-        if -1 in t:
-            known = math.prod(v for v in t if v != -1)
-            if known == 0 or math.prod(shp) % known:
-                raise im.err(node, f"cannot reshape per-sample {list(shp[1:])} to {t}: no "
-                             "whole size for the -1")
-            t[t.index(-1)] = math.prod(shp) // known
-        target = tuple(t)
-        if target and target[0] != 1:  # a fixed batch (e.g. 789444) written into the shape
-            target = (1,) + target[1:]
-    else:  # Squeeze / Unsqueeze
-        a = _attrs(node)
-        axes = a.get("axes")
-        if axes is None and len(node.input) > 1 and node.input[1]:
-            axes = _int_const(im, node, node.input[1], "axes")
-        if node.op_type == "Squeeze":
-            axes = (_axes(im, node, list(axes), len(shp)) if axes
-                    else [i for i, d in enumerate(shp) if d == 1 and i > 0])
-            if 0 in axes:
-                raise im.err(node, "cannot squeeze the batch dimension")
-            if any(shp[i] != 1 for i in axes):
-                raise im.err(node, f"cannot squeeze axes {sorted(axes)} of shape {list(shp)}: "
-                             "only dimensions of size 1 can be squeezed")
-            target = tuple(d for i, d in enumerate(shp) if i not in axes)
-        else:
-            if not axes:
-                raise im.err(node, "Unsqueeze needs axes")
-            out_rank = len(shp) + len(axes)
-            axes = sorted(_axes(im, node, list(axes), out_rank))
-            if 0 in axes:
-                raise im.err(node, "cannot unsqueeze in front of the batch dimension")
-            t = list(shp)
-            for ax in axes:
-                t.insert(ax, 1)
-            target = tuple(t)
-    _reshape_to(im, node, x, target)
-
-
-def _transpose(im: _Importer, node: onnx.NodeProto) -> None:
-    x = node.input[0]
-    shp = _shape(im, x)
-    perm = list(_attrs(node).get("perm", list(range(len(shp) + 1))[::-1]))
-    if sorted(perm) != list(range(len(shp) + 1)):
-        raise im.err(node, f"perm {perm} is not a permutation of the {len(shp) + 1} axes of "
-                     "the input")
-    if perm[0] != 0:
-        raise im.err(node, f"Transpose perm {perm} moves the batch dimension")
-    per = [p - 1 for p in perm[1:]]
-    if per == sorted(per):
-        im.alias[node.output[0]] = im.src(x)
-        im.shapes[node.output[0]] = shp
-        return
-    im.emit(node, "Transpose", [x], node.output[0], tuple(shp[p] for p in per), perm=per)
-
-
-def _identity(im: _Importer, node: onnx.NodeProto) -> None:
-    im.alias[node.output[0]] = im.src(node.input[0])
-    im.shapes[node.output[0]] = _shape(im, node.input[0])
-
-
 def _dropout(im: _Importer, node: onnx.NodeProto) -> None:
     """Inference Dropout is the identity; training mode (random masks) is refused."""
     ins = list(node.input) + ["", ""]
@@ -421,108 +240,18 @@ def _dropout(im: _Importer, node: onnx.NodeProto) -> None:
     if training and ratio != 0.0:
         raise im.err(node, "Dropout in training mode (random mask) is not supported; "
                      "export the model in inference mode")
-    _identity(im, node)
-
-
-# zero-point dtypes of QuantizeLinear the importer carries as a fixed-point type
-_QDQ_DTYPES = {np.dtype(np.int8): onnx.TensorProto.INT8, np.dtype(np.uint8): onnx.TensorProto.UINT8,
-               np.dtype(np.int16): onnx.TensorProto.INT16,
-               np.dtype(np.uint16): onnx.TensorProto.UINT16}
-
-
-def _qdq_params(im: _Importer, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray]:
-    """Scale and zero point of a QuantizeLinear/DequantizeLinear: constants, a positive
-    finite scale, a supported zero-point dtype, shapes that fit `axis`."""
-    from .onnx_import import Unsupported
-
-    x, s = node.input[:2]
-    zp = node.input[2] if len(node.input) > 2 and node.input[2] else None
-    a = _attrs(node)
-    sc = im.qparam(node, s, "scale")
-    im.check_scale(node, s, sc)
-    if zp is not None and not im.is_const(zp):
-        raise im.err(node, f"{node.op_type} parameter {zp!r} (zero point) must be a constant")
-    out_dt = a.get("output_dtype", 0)
-    if zp is None:
-        np_dt = (helper.tensor_dtype_to_np_dtype(out_dt) if out_dt in _QDQ_DTYPES.values()
-                 else None)
-        if out_dt and np_dt is None:
-            name = onnx.TensorProto.DataType.Name(out_dt) if out_dt in \
-                onnx.TensorProto.DataType.values() else str(out_dt)
-            raise Unsupported(f"{im.label(node)}: output_dtype {name} is not supported "
-                              "(INT8, UINT8, INT16, UINT16 are)", "dtype", name)
-        zpv = np.zeros((), np_dt or np.uint8)
-    else:
-        zpv = np.asarray(im.const(zp))
-        if zpv.dtype not in _QDQ_DTYPES:
-            name = str(zpv.dtype).upper()
-            raise Unsupported(f"{im.label(node)}: zero point {zp!r} has dtype {name}; "
-                              "supported: INT8, UINT8, INT16, UINT16", "dtype", name)
-        if out_dt and out_dt != _QDQ_DTYPES[zpv.dtype]:
-            raise im.err(node, f"output_dtype {out_dt} does not match the zero point's dtype "
-                         f"{zpv.dtype}")
-        if zpv.shape != sc.shape:
-            raise im.err(node, f"zero point {zp!r} of shape {list(zpv.shape)} does not match "
-                         f"the scale's shape {list(sc.shape)}")
-    if a.get("block_size", 0):
-        raise im.unsupported(node, "block_size", "blocked quantization (block_size != 0) is "
-                             "not supported")
-    full = im.full_shape(x)
-    if sc.ndim > 1:
-        raise im.err(node, f"scale {s!r} must be a scalar or 1-D, got shape {list(sc.shape)}")
-    if sc.ndim == 1:
-        axis = a.get("axis", 1)
-        if not -len(full) <= axis < len(full):
-            raise im.err(node, f"axis {axis} is out of range for a rank-{len(full)} tensor")
-        if sc.shape[0] != full[axis]:
-            raise im.err(node, f"scale {s!r} has {sc.shape[0]} values; axis {axis} of the "
-                         f"input has {full[axis]}")
-    return sc, zpv
-
-
-def _qdq(im: _Importer, node: onnx.NodeProto) -> None:
-    """QuantizeLinear -> a fixed-point type (Requant); DequantizeLinear right after it (same
-    scale and zero point) is the identity, since the IR carries real values."""
-    x = node.input[0]
-    sc, zpv = _qdq_params(im, node)
-    if node.op_type == "DequantizeLinear":
-        q = im.qdq.get(im.src(x))
-        if q is None:
-            raise im.err(node, f"input {x!r} is not the output of a QuantizeLinear (integer "
-                         "codes); only QuantizeLinear -> DequantizeLinear pairs are supported")
-        if q[1].dtype != zpv.dtype or not (np.array_equal(q[0], sc) and np.array_equal(q[1], zpv)):
-            raise im.err(node, f"scale/zero point ({zpv.dtype}) do not match the QuantizeLinear "
-                         f"that produced {x!r} ({q[1].dtype})")
-        return _identity(im, node)
-    signed = zpv.dtype.kind == "i"
-    bits = 8 * zpv.dtype.itemsize
-    t = im._pow2_type(node, sc, zpv, bits, signed, False, "ROUND")
-    if t is None:
-        raise im.err(node, "QuantizeLinear needs one power-of-two scale and zero point 0")
-    if im.is_const(x):
-        w = im.const(x).astype(np.float64)
-        if not np.all(np.isfinite(w)):
-            raise im.err(node, f"weight {im.src(x)!r} contains NaN or Inf")
-        with np.errstate(all="ignore"):  # huge weights saturate; no warning lines
-            vals = np.clip(np.round(w * 2.0 ** t.frac), t.qmin, t.qmax) * 2.0 ** -t.frac
-        im.add_const(node.output[0], vals, t)
-        return
-    im.emit(node, "Requant", [x], node.output[0], _shape(im, x), quant_type=str(t))
-    im.types[node.output[0]] = t
-    im.qdq[node.output[0]] = (sc, zpv)
+    identity(im, node)
 
 
 def _cast(im: _Importer, node: onnx.NodeProto) -> None:
     """Cast of a (float32) activation to float32 is the identity; other dtypes are refused."""
-    from .onnx_import import Unsupported
-
-    to = _attrs(node).get("to", 0)
+    to = attrs(node).get("to", 0)
     if to != onnx.TensorProto.FLOAT:
         name = (onnx.TensorProto.DataType.Name(to) if to in onnx.TensorProto.DataType.values()
                 else str(to))
         raise Unsupported(f"{im.label(node)}: Cast to {name} is not supported; the golden model "
                           "computes float32 (FLOAT)", "dtype", name)
-    _identity(im, node)
+    identity(im, node)
 
 
 HANDLERS: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
@@ -536,10 +265,10 @@ HANDLERS: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Selu": _unary("Lut", func="selu"),
     "Softmax": _softmax,
     "BatchNormalization": _batchnorm,
-    "Flatten": _reshape, "Reshape": _reshape, "Squeeze": _reshape, "Unsqueeze": _reshape,
-    "Transpose": _transpose,
-    "Identity": _identity, "Dropout": _dropout,
-    "Concat": _concat, "Gather": _gather,
-    "QuantizeLinear": _qdq, "DequantizeLinear": _qdq,
+    "Flatten": reshape, "Reshape": reshape, "Squeeze": reshape, "Unsqueeze": reshape,
+    "Transpose": transpose,
+    "Identity": identity, "Dropout": _dropout,
+    "Concat": concat, "Gather": gather,
+    "QuantizeLinear": qdq, "DequantizeLinear": qdq,
     "Cast": _cast,
 }

@@ -1,7 +1,8 @@
 """The compiler, readable in one screen: the ordered list of passes.
 
-Each pass is a pure function Graph -> Graph. `compile_graph` runs them, times them, and
-returns a CompiledGraph: data (graph + options + pass log + id), no behaviour.
+Each pass is a pure function Graph -> Graph. `compile_graph` runs them, times them, checks
+the graph after each (check.verify_graph: a pass that breaks the IR is named), and returns a
+CompiledGraph: data (graph + options + pass log + id), no behaviour.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import reference
+from .check import verify_graph
 from .identity import graph_id
 from .ir import Graph, GraphError
 from .passes.accumulators import accumulator_types
@@ -67,12 +69,25 @@ PLANS: list[tuple[str, Callable[[Graph], dict[str, Any]]]] = [
 ]
 
 
+_SOURCES = {"onnx": "the importer", "builder": "the graph builder"}
+
+
+def _checked(graph: Graph, who: str) -> Graph:
+    try:
+        return verify_graph(graph)
+    except GraphError as e:
+        raise GraphError(f"{who} produced a malformed graph: {e}") from None
+
+
 def _run_passes(graph: Graph, plist: list[tuple[str, Pass]]) -> tuple[Graph, list]:
+    _checked(graph, _SOURCES.get(graph.get_meta("source"), "the input"))
     log = []
     for name, fn in plist:
         t0 = time.perf_counter()
-        graph = fn(graph)
+        before, graph = graph, fn(graph)
         log.append((name, round((time.perf_counter() - t0) * 1e3, 3), len(graph.nodes)))
+        if graph is not before:  # a pass that changed nothing returns its input, checked
+            _checked(graph, f"pass {name}")
     return graph, log
 
 

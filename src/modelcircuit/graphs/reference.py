@@ -13,6 +13,20 @@ import numpy as np
 
 from . import fixed as fx
 from .ir import Graph, GraphError, Node
+from .ops import (
+    BatchNormAttrs,
+    BipolarAttrs,
+    ConcatAttrs,
+    DenseAttrs,
+    GatherAttrs,
+    LeakyReluAttrs,
+    LutAttrs,
+    Op,
+    RequantAttrs,
+    ReshapeAttrs,
+    SoftmaxAttrs,
+    TransposeAttrs,
+)
 from .types import FixedType, NumType, Overflow
 
 Array = np.ndarray
@@ -68,7 +82,7 @@ def dense(g: Graph, node: Node, ins: list[Array]) -> Array:
     x = ins[0]
     wn = node.inputs[1]
     bn = node.inputs[2] if len(node.inputs) > 2 else None
-    relu = bool(node.get("relu", False))
+    relu = DenseAttrs.of(node).relu
     if not _is_fixed(g, node):
         y = _f32(x) @ _f32(_const(g, wn))
         if bn:
@@ -109,13 +123,9 @@ def dense(g: Graph, node: Node, ins: list[Array]) -> Array:
 
 
 def _accumulator(g: Graph, node: Node) -> FixedType:
-    from .types import parse_type
-
-    a = node.get("acc")
-    if a is None:
+    t = DenseAttrs.of(node).acc
+    if t is None:
         raise GraphError(f"node {node.name}: accumulator type not computed; compile first")
-    t = parse_type(a)
-    assert isinstance(t, FixedType)
     return t
 
 
@@ -170,7 +180,7 @@ def relu(g: Graph, node: Node, ins: list[Array]) -> Array:
 def leaky_relu(g: Graph, node: Node, ins: list[Array]) -> Array:
     x = ins[0]
     if not _is_fixed(g, node):
-        a = np.float32(node.get("alpha"))
+        a = np.float32(LeakyReluAttrs.of(node).alpha)
         return _f32(np.where(x >= 0, x, _f32(x) * a))
     an = node.inputs[1]
     tx, ta = _t(g, node.inputs[0]), _t(g, an)
@@ -180,12 +190,17 @@ def leaky_relu(g: Graph, node: Node, ins: list[Array]) -> Array:
     return _finish(g, node, y, tx.frac + ta.frac)
 
 
+def _selu(x: Array, n: Node) -> Array:
+    a = LutAttrs.of(n)
+    return a.selu_gamma * np.where(x > 0, x, a.selu_alpha * (np.exp(np.minimum(x, 0)) - 1.0))
+
+
+# the float function of each ops.LUT_FUNCS name (the tables are built from these)
 FLOAT_FUNCS: dict[str, Callable[[Array, Node], Array]] = {
     "sigmoid": lambda x, n: 1.0 / (1.0 + np.exp(-x)),
     "tanh": lambda x, n: np.tanh(x),
     "exp": lambda x, n: np.exp(x),
-    "selu": lambda x, n: n.get("gamma", 1.0507009873554805)
-    * np.where(x > 0, x, n.get("alpha", 1.6732632423543772) * (np.exp(np.minimum(x, 0)) - 1.0)),
+    "selu": _selu,
     "reciprocal": lambda x, n: 1.0 / x,
 }
 
@@ -198,11 +213,12 @@ def table_index(q: Array, lo: int, shift: int, size: int) -> Array:
 
 
 def lut(g: Graph, node: Node, ins: list[Array]) -> Array:
+    a = LutAttrs.of(node)
     if not _is_fixed(g, node):
         x = ins[0].astype(np.float32)
-        return _f32(FLOAT_FUNCS[node.get("func")](x, node))
+        return _f32(FLOAT_FUNCS[a.func](x, node))
     table = _const(g, node.inputs[1]).astype(np.int64)
-    idx = table_index(ins[0], node.get("lo"), node.get("shift"), table.shape[0])
+    idx = table_index(ins[0], a.lo, a.shift, table.shape[0])
     return table[idx]
 
 
@@ -212,16 +228,14 @@ def softmax(g: Graph, node: Node, ins: list[Array]) -> Array:
         x32 = _f32(x)
         e = np.exp(x32 - x32.max(axis=-1, keepdims=True))
         return _f32(e / e.sum(axis=-1, keepdims=True))
-    from .types import parse_type
-
+    a = SoftmaxAttrs.of(node)
     exp_t, rec_t = _const(g, node.inputs[1]).astype(np.int64), _const(g, node.inputs[2]).astype(np.int64)
-    e_type, r_type = parse_type(node.get("exp_type")), parse_type(node.get("recip_type"))
     q = x.astype(np.int64)
     d = q - q.max(axis=-1, keepdims=True)
-    e = exp_t[table_index(d, node.get("exp_lo"), node.get("exp_shift"), exp_t.shape[0])]
+    e = exp_t[table_index(d, a.exp_lo, a.exp_shift, exp_t.shape[0])]
     s = e.sum(axis=-1, keepdims=True)
-    r = rec_t[table_index(s, node.get("recip_lo"), node.get("recip_shift"), rec_t.shape[0])]
-    return _finish(g, node, e * r, e_type.frac + r_type.frac)
+    r = rec_t[table_index(s, a.recip_lo, a.recip_shift, rec_t.shape[0])]
+    return _finish(g, node, e * r, a.exp_type.frac + a.recip_type.frac)
 
 
 def threshold(g: Graph, node: Node, ins: list[Array]) -> Array:
@@ -244,9 +258,7 @@ def requant(g: Graph, node: Node, ins: list[Array]) -> Array:
     tin, tout = _t(g, node.inputs[0]), _out(g, node)
     if tout.is_float:
         # float model keeping the model's quantizer: fake-quantize with the quantizer's type
-        from .types import parse_type
-
-        t = parse_type(node.get("quant_type"))
+        t = RequantAttrs.of(node).quant_type
         return _f32(fx.to_float(fx.quantize(x, t), t))
     if tin.is_float:
         return fx.quantize(x, tout)
@@ -257,7 +269,7 @@ def bipolar(g: Graph, node: Node, ins: list[Array]) -> Array:
     x = ins[0]
     tout = _out(g, node)
     if tout.is_float:
-        return _f32(np.where(x >= 0, 1.0, -1.0) * float(node.get("scale", 1.0)))
+        return _f32(np.where(x >= 0, 1.0, -1.0) * BipolarAttrs.of(node).scale)
     return np.where(x >= 0, 1, -1).astype(np.int64)
 
 
@@ -265,18 +277,18 @@ def batchnorm(g: Graph, node: Node, ins: list[Array]) -> Array:
     if _is_fixed(g, node):
         raise GraphError(f"node {node.name}: BatchNorm must be folded before fixed-point runs")
     s, b, m, v = (_f32(_const(g, n)) for n in node.inputs[1:5])
-    eps = np.float32(node.get("epsilon"))
+    eps = np.float32(BatchNormAttrs.of(node).epsilon)
     x = _f32(ins[0])
     shp = (1, -1) + (1,) * (x.ndim - 2)
     return _f32((x - m.reshape(shp)) / np.sqrt(v.reshape(shp) + eps) * s.reshape(shp) + b.reshape(shp))
 
 
 def reshape(g: Graph, node: Node, ins: list[Array]) -> Array:
-    return ins[0].reshape((ins[0].shape[0],) + tuple(node.get("shape")))
+    return ins[0].reshape((ins[0].shape[0],) + ReshapeAttrs.of(node).shape)
 
 
 def transpose(g: Graph, node: Node, ins: list[Array]) -> Array:
-    return np.transpose(ins[0], (0,) + tuple(p + 1 for p in node.get("perm")))
+    return np.transpose(ins[0], (0,) + tuple(p + 1 for p in TransposeAttrs.of(node).perm))
 
 
 def _to_out(g: Graph, node: Node, name: str, v: Array) -> Array:
@@ -290,20 +302,21 @@ def _to_out(g: Graph, node: Node, name: str, v: Array) -> Array:
 def concat(g: Graph, node: Node, ins: list[Array]) -> Array:
     """Concatenation of activations along per-sample axis `axis`."""
     parts = [_to_out(g, node, n, v) for n, v in zip(node.inputs, ins, strict=True)]
-    return np.concatenate(parts, axis=node.get("axis") + 1)
+    return np.concatenate(parts, axis=ConcatAttrs.of(node).axis + 1)
 
 
 def gather(g: Graph, node: Node, ins: list[Array]) -> Array:
     """np.take along per-sample axis `axis` with the constant (non-negative) `indices`."""
-    idx = np.asarray(node.get("indices"), dtype=np.int64).reshape(node.get("indices_shape"))
-    return np.take(_to_out(g, node, node.inputs[0], ins[0]), idx, axis=node.get("axis") + 1)
+    a = GatherAttrs.of(node)
+    return np.take(_to_out(g, node, node.inputs[0], ins[0]), a.index_array(), axis=a.axis + 1)
 
 
-OPS: dict[str, OpFn] = {
-    "Dense": dense, "Add": add, "Sub": sub, "Mul": mul, "Div": div, "Relu": relu, "LeakyRelu": leaky_relu,
-    "Lut": lut, "Softmax": softmax, "Threshold": threshold, "Requant": requant,
-    "Bipolar": bipolar, "BatchNorm": batchnorm, "Reshape": reshape, "Transpose": transpose,
-    "Concat": concat, "Gather": gather,
+# What every op of the vocabulary computes (tests/graphs/test_ops.py: all of ops.Op, no other).
+OPS: dict[Op, OpFn] = {
+    Op.DENSE: dense, Op.ADD: add, Op.SUB: sub, Op.MUL: mul, Op.DIV: div, Op.RELU: relu,
+    Op.LEAKY_RELU: leaky_relu, Op.LUT: lut, Op.SOFTMAX: softmax, Op.THRESHOLD: threshold,
+    Op.REQUANT: requant, Op.BIPOLAR: bipolar, Op.BATCHNORM: batchnorm, Op.RESHAPE: reshape,
+    Op.TRANSPOSE: transpose, Op.CONCAT: concat, Op.GATHER: gather,
 }
 
 

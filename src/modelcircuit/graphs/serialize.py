@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .check import verify_graph
 from .identity import canonical
 from .ir import Graph, GraphError, Node, Tensor
 from .types import parse_type
@@ -71,4 +72,8 @@ def load_artifact_graph(path: str | Path) -> tuple[Graph, dict[str, Any]]:
     if missing:
         raise GraphError(f"{p} is not a readable modelcircuit artifact: tensor {missing[0]!r} "
                          "is used but not declared")
+    try:
+        verify_graph(g)  # what the backends read (ops.attrs) is well formed
+    except GraphError as e:
+        raise GraphError(f"{p} is not a readable modelcircuit artifact: {e}") from None
     return g, manifest

@@ -1,5 +1,5 @@
 """The edges where user files and options come in: numpy arrays (`--inputs`, `--calibrate`),
-per-layer precision files, output file paths, the bundled example. Everything is checked
+per-layer precision files, output file paths. Everything is checked
 here, against explicit limits, before anything is allocated or written, so that every
 refusal is one GraphError naming the option and the file (the CLI prints it, exit 2).
 Lives in graphs/ so that every layer (CLI, API, sim/) can use it without importing upward.
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ import numpy as np
 
 from .ir import GraphError
 
-DEFAULT_MODEL = "digits_mlp.onnx"
 MAX_ARRAY_BYTES = 1 << 30          # --inputs / --calibrate files
 MAX_PRECISION_FILE_BYTES = 1 << 20  # per-layer precision JSON
 MAX_JSON_DEPTH = 4                  # {node: {part: type}} is depth 2
@@ -26,32 +24,37 @@ PER_LAYER_PARTS = ("result", "weight", "bias")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def bundled(name: str) -> Path:
-    return Path(str(resources.files("modelcircuit").joinpath("data", name)))
-
-
 def shown(path: str | os.PathLike[str]) -> str:
-    """A path as text that always prints (undecodable bytes escaped)."""
+    """A path as text that always prints, whole, on one line: undecodable bytes as \\udcNN,
+    control characters escaped (\\x1b, \\n)."""
     s = os.fsdecode(path)
-    return s.encode("utf-8", "backslashreplace").decode("utf-8") if s else '""'
+    if not s:
+        return '""'
+    t = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in t)
 
 
 def regular_file(path: str | os.PathLike[str], what: str, limit: int) -> int:
     """Refuse anything but a readable regular file within `limit` bytes (a FIFO, a device
-    such as /dev/zero, a directory would hang or grow without bound). Returns its size."""
+    such as /dev/zero, a directory would hang or grow without bound). Returns its size.
+    The one check of every file read from the user: models and their external data
+    (onnx_io.read_regular_file), arrays, precision files, artifacts."""
     p = os.fspath(path)
     if p == "" or p == b"":
         raise GraphError(f"{what}: empty path")
     try:
         st = os.stat(p)
     except FileNotFoundError:
-        raise GraphError(f"{what} {shown(p)}: no such file") from None
+        raise GraphError(f"{what} {shown(p)}: not found (no such file)") from None
     except (OSError, ValueError) as e:
         raise GraphError(f"{what} {shown(p)}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     if stat.S_ISDIR(st.st_mode):
         raise GraphError(f"{what} {shown(p)} is a directory, not a file")
     if not stat.S_ISREG(st.st_mode):
-        raise GraphError(f"{what} {shown(p)} is not a regular file (a FIFO, socket or device)")
+        kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                 (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+        kind = next((k for f, k in kinds if f(st.st_mode)), "a special file")
+        raise GraphError(f"{what} {shown(p)} is not a regular file; it is {kind}")
     if st.st_size > limit:
         raise GraphError(f"{what} {shown(p)} is {st.st_size:,} bytes, over the limit of "
                          f"{limit:,} bytes")

@@ -11,10 +11,7 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Mux, Shape, Value, signed, unsigned
 
 from ..graphs.types import FixedType, Overflow, Rounding
-
-
-class HdlError(ValueError):
-    """The graph or an option cannot be lowered to a circuit (user input, exit 2)."""
+from .errors import HdlError
 
 
 def shape_of(t: FixedType) -> Shape:

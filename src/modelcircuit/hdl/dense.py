@@ -6,15 +6,8 @@ type, then ReLU. Every partial sum is kept modulo 2**M with M = accumulator widt
 complement arithmetic is exact modulo 2**M and the final sum fits in M signed bits (the
 accumulator type is computed from the weight and input ranges), so the result is exact.
 
-Pipelining (`Pipeline`): every step of the datapath has a weight in "adder levels" and a
-register is placed wherever the next step would push a stage past `adder_levels` levels
-(`plan_stages`). The steps are: the products (a real multiplier weighs `mul_levels`), the
-adder-tree levels (1 each), the accumulate (folded only), the rounding and the
-overflow/ReLU of the requantization (`requant_levels` each). The output register always
-follows. Preset "latency" (multiplier 1, requantization free, 4 levels, lean folds) is the
-shortest schedule (the jet tagger at R=1 in 12 cycles, R=2 in 28); "area" is the same with
-6 levels per stage (iCE40); "fmax" (products alone in their stage, each requantization step
-one level, 2 levels per stage, 7-stage folds) aims at >= 100 MHz on an ECP5.
+Registers follow the register schedule (hdl/schedule.py: `Schedule`, `plan_stages`; the
+presets "latency", "area" and "fmax").
 
 R = 1: one term per non-zero weight (zero weights cost nothing, a power of two is a shift,
 anything else a constant multiplier), the bias as one more term, then the adder tree. With
@@ -22,7 +15,7 @@ anything else a constant multiplier), the bias as one more term, then the adder 
 multiplier but that many shifted (and negated) copies of the input, leaves of the tree: no
 DSP, no separate multiplier logic, every stage at most `adder_levels` adders deep.
 
-R > 1 (reuse.Fold): the input vector is loaded into a rotating register and consumed in R_in
+R > 1 (fold.Fold): the input vector is loaded into a rotating register and consumed in R_in
 chunks of c elements, one chunk per step, for each of R_out output groups of m outputs:
 c * m time-shared lanes. The coefficients of every multiplier lane for a step are one word
 of a ROM (`amaranth.lib.memory.Memory`, synchronous read; block RAM for depth >= 16) indexed
@@ -32,16 +25,16 @@ delay plus the long routes to and from the DSP columns otherwise set the clock),
 pipelined tree per output lane, then an accumulator that starts from the bias; at the end
 of a group the accumulators are requantized into that group's output registers. A new
 vector is accepted every R cycles (II = R, steps R_in * R_out <= R).
-Latency = steps + FOLD_STAGES (7) + tree registers + requantization registers. The "area"
-preset (iCE40) and "latency" drop the extra coefficient and chunk registers and plan the
-product register with the adder tree (LEAN_FOLD_STAGES, 3, + the planned registers): on a
-small part every register fed by a register is a logic cell of its own.
+Latency = steps + FOLD_STAGES (7, hdl/schedule.py) + tree registers + requantization
+registers. The "area" preset (iCE40) and "latency" drop the extra coefficient and chunk
+registers and plan the product register with the adder tree (LEAN_FOLD_STAGES, 3, + the
+planned registers): on a small part every register fed by a register is a logic cell of
+its own.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from amaranth.hdl import Const, Module, Mux, Signal, Value, signed, unsigned
@@ -49,45 +42,11 @@ from amaranth.lib.memory import Memory
 
 from ..graphs.types import FixedType
 from .arith import const_mul, fit, overflow, relu, shape_of, shift_round
-from .reuse import fold_lanes, fold_shape, lane_kinds
-from .unit import Unit
+from .component import Unit
+from .fold import fold_lanes, fold_shape, lane_kinds
+from .schedule import Schedule, plan_stages
 
 BRAM_MIN_DEPTH = 16  # coefficient ROMs at least this deep go to block RAM
-# folded: load, ROM read, 2 coefficient/chunk registers, 2 product registers, accumulator
-FOLD_STAGES = 7
-# lean folded: load, ROM read, accumulator; the product register is planned with the tree
-# (plan_stages: the product weighs `mul_levels`), so at most 4
-LEAN_FOLD_STAGES = 3
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    adder_levels: int = 4
-    mul_levels: int | None = 1  # None: the products are registered on their own
-    requant_levels: int = 0
-    csd_digits: int = 0  # R=1: constants with at most this many signed digits -> shift-add
-    # area first (iCE40: every flip-flop is a logic cell unless a LUT drives it): folded
-    # layers without the extra coefficient/chunk/product registers, folded units load on
-    # the input handshake itself, and long valid chains become counters (hdl/top.py)
-    lean: bool = False
-
-    @property
-    def fold_stages(self) -> int:
-        return LEAN_FOLD_STAGES if self.lean else FOLD_STAGES
-
-
-# "latency": fewest cycles (lean folds: the extra fold registers only help an ECP5 reach
-# its DSP columns); "area": the same with deeper stages (fewer registers; iCE40 at 24 MHz);
-# "fmax": >= 100 MHz on an ECP5.
-PIPELINES = {"latency": Pipeline(4, 1, 0, 0, lean=True), "fmax": Pipeline(2, None, 1, 3),
-             "area": Pipeline(6, 1, 0, 0, lean=True)}
-
-
-def family_pipeline(family: str | None) -> str:
-    """The default schedule of an FPGA family: "area" on iCE40 (5k logic cells, 24 MHz:
-    every register costs a cell, speed is plentiful), "fmax" elsewhere (>= 100 MHz on an
-    ECP5)."""
-    return "area" if family == "ice40" else "fmax"
 
 
 def csd(c: int) -> list[tuple[int, int]]:
@@ -108,29 +67,16 @@ def tree_levels(n_terms: int) -> int:
     return max(0, math.ceil(math.log2(n_terms))) if n_terms > 1 else 0
 
 
-def plan_stages(weights: list[int], adder_levels: int) -> list[bool]:
-    """Register after step i? A register goes before a step that would take the current
-    stage past `adder_levels` levels; the last step feeds the output register (False)."""
-    regs = [False] * len(weights)
-    depth = 0
-    for i, w in enumerate(weights):
-        if depth > 0 and depth + w > adder_levels:
-            regs[i - 1] = True
-            depth = 0
-        depth += w
-    return regs
-
-
 class Dense(Unit):
     def __init__(self, tx: FixedType, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
                  tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
-                 reuse: int = 1, adder_levels: int = 4, pipeline: Pipeline | None = None):
+                 reuse: int = 1, adder_levels: int = 4, schedule: Schedule | None = None):
         w = np.asarray(w, dtype=np.int64)
         self.n_in, self.n_out = w.shape
         super().__init__([(tx, self.n_in)], (tout, self.n_out))
         self.tx, self.w, self.tw, self.tout, self.relu_ = tx, w, tw, tout, bool(relu)
-        self.pipe = pipeline or Pipeline(int(adder_levels))
-        self.adder_levels = L = int(adder_levels)
+        self.pipe = schedule or Schedule(int(adder_levels))
+        self.adder_levels = int(adder_levels)
         frac = tx.frac + tw.frac
         self.frac = max(frac, tb.frac) if b is not None and tb is not None else frac
         self.p_shift = self.frac - frac
@@ -141,49 +87,61 @@ class Dense(Unit):
         self.ii = self.reuse
         rq = [self.pipe.requant_levels] * 2  # rounding, overflow + ReLU
         if self.reuse == 1:
-            nz = w != 0
-            p2 = nz & ((np.abs(w) & (np.abs(w) - 1)) == 0)
-            # constants with few signed digits become shift-add leaves of the adder tree
-            ndig = np.vectorize(lambda v: len(csd(v)), otypes=[np.int64])(w)
-            sa = nz & ~p2 & (ndig <= self.pipe.csd_digits)
-            self.shift_add = sa
-            self.multipliers, self.shifts = int((nz & ~p2 & ~sa).sum()), int(p2.sum())
-            leaves = np.where(sa, ndig, nz.astype(np.int64))
-            terms = [int(leaves[:, j].sum()) + (self.bias[j] != 0) for j in range(self.n_out)]
-            self.levels = max([tree_levels(t) for t in terms] + [0])
-            mw = self.pipe.mul_levels
-            if mw is None:
-                # a negated leaf (-x << k) is a carry chain of its own: one level
-                neg = bool(((w < 0) & (p2 | sa)).any())
-                mw = L if self.multipliers else int(neg)
-            self.stage_regs = plan_stages([mw] + [1] * self.levels + rq, L)
-            self.latency = sum(self.stage_regs) + 1
+            self._plan_parallel(w, rq)
         else:
-            self.fold = f = fold_shape(self.n_in, self.n_out, self.reuse)
-            self.r_in, self.c = f.r_in, f.c
-            lanes = fold_lanes(w, f)  # (steps, c, m)
-            kinds = lane_kinds(lanes)
-            self.lanes = {(t, j): ([int(v) for v in lanes[:, t, j]],
-                                   "shift" if kinds[t, j] == 1 else "mul")
-                          for t in range(f.c) for j in range(f.m) if kinds[t, j]}
-            self.multipliers = sum(1 for v in self.lanes.values() if v[1] == "mul")
-            self.shifts = sum(1 for v in self.lanes.values() if v[1] == "shift")
-            self.levels = tree_levels(f.c)
-            if self.pipe.lean:  # product, tree levels, accumulate: registers as planned
-                flags = plan_stages([self.pipe.mul_levels or L] + [1] * self.levels + [1], L)
-                self.prod_reg, self.tree_flags = flags[0], flags[1:1 + self.levels]
-            else:  # products registered twice (DSP out, then near the tree)
-                self.prod_reg = True
-                self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
-            self.tree_regs = sum(self.tree_flags) + (self.pipe.lean and self.prod_reg)
-            self.rq_flags = plan_stages(rq, L)
-            self.latency = (f.steps + self.pipe.fold_stages + self.tree_regs
-                            + sum(self.rq_flags))
-            mul_lanes = [v[0] for v in self.lanes.values() if v[1] == "mul"]
-            self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
-            self.rom_width = self.cw * len(mul_lanes)
-            self.rom_depth = f.steps if mul_lanes else 0
-            self.rom_block = self.rom_depth >= BRAM_MIN_DEPTH
+            self._plan_folded(w, rq)
+
+    def _plan_parallel(self, w: np.ndarray, rq: list[int]) -> None:
+        """R = 1: which weights are multipliers, shifts or shift-add leaves; the tree depth
+        and where its registers go."""
+        L = self.adder_levels
+        nz = w != 0
+        p2 = nz & ((np.abs(w) & (np.abs(w) - 1)) == 0)
+        # constants with few signed digits become shift-add leaves of the adder tree
+        ndig = np.vectorize(lambda v: len(csd(v)), otypes=[np.int64])(w)
+        sa = nz & ~p2 & (ndig <= self.pipe.csd_digits)
+        self.shift_add = sa
+        self.multipliers, self.shifts = int((nz & ~p2 & ~sa).sum()), int(p2.sum())
+        leaves = np.where(sa, ndig, nz.astype(np.int64))
+        terms = [int(leaves[:, j].sum()) + (self.bias[j] != 0) for j in range(self.n_out)]
+        self.levels = max([tree_levels(t) for t in terms] + [0])
+        mw = self.pipe.mul_levels
+        if mw is None:
+            # a negated leaf (-x << k) is a carry chain of its own: one level
+            neg = bool(((w < 0) & (p2 | sa)).any())
+            mw = L if self.multipliers else int(neg)
+        self.stage_regs = plan_stages([mw] + [1] * self.levels + rq, L)
+        self.latency = sum(self.stage_regs) + 1
+
+    def _plan_folded(self, w: np.ndarray, rq: list[int]) -> None:
+        """R > 1: the fold, its lanes (shift or multiplier) and coefficient ROM, and where
+        the registers go."""
+        L = self.adder_levels
+        self.fold = f = fold_shape(self.n_in, self.n_out, self.reuse)
+        self.r_in, self.c = f.r_in, f.c
+        lanes = fold_lanes(w, f)  # (steps, c, m)
+        kinds = lane_kinds(lanes)
+        self.lanes = {(t, j): ([int(v) for v in lanes[:, t, j]],
+                               "shift" if kinds[t, j] == 1 else "mul")
+                      for t in range(f.c) for j in range(f.m) if kinds[t, j]}
+        self.multipliers = sum(1 for v in self.lanes.values() if v[1] == "mul")
+        self.shifts = sum(1 for v in self.lanes.values() if v[1] == "shift")
+        self.levels = tree_levels(f.c)
+        if self.pipe.lean:  # product, tree levels, accumulate: registers as planned
+            flags = plan_stages([self.pipe.mul_levels or L] + [1] * self.levels + [1], L)
+            self.prod_reg, self.tree_flags = flags[0], flags[1:1 + self.levels]
+        else:  # products registered twice (DSP out, then near the tree)
+            self.prod_reg = True
+            self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
+        self.tree_regs = sum(self.tree_flags) + (self.pipe.lean and self.prod_reg)
+        self.rq_flags = plan_stages(rq, L)
+        self.latency = (f.steps + self.pipe.fold_stages + self.tree_regs
+                        + sum(self.rq_flags))
+        mul_lanes = [v[0] for v in self.lanes.values() if v[1] == "mul"]
+        self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
+        self.rom_width = self.cw * len(mul_lanes)
+        self.rom_depth = f.steps if mul_lanes else 0
+        self.rom_block = self.rom_depth >= BRAM_MIN_DEPTH
 
     def describe(self) -> dict[str, object]:
         d = super().describe()
@@ -273,10 +231,30 @@ class Dense(Unit):
 
     def _folded(self, m: Module) -> None:
         f = self.fold
+        sr, k, g, s, run = self._fold_issue(m)
+        # control travels with the data: first chunk of a group, last chunk, group
+        first = Signal(name="first")
+        last = Signal(name="last")
+        m.d.comb += [first.eq(k == 0), last.eq(run & (k == f.r_in - 1))]
+        ctrl = [first, last, g]
+        # -- stage 1: ROM read (synchronous) and chunk register --------------------------
+        mul_keys = [key for key, (_, kind) in sorted(self.lanes.items()) if kind == "mul"]
+        data = self._fold_rom(m, mul_keys, s) if mul_keys else None
+        xa = self.regs(m, sr[:f.c] + ctrl, "xa")
+        xs, ctrl, coef = self._fold_operands(m, xa, data, mul_keys)
+        cols, ctrl = self._fold_products(m, xs, coef, ctrl)
+        # -- adder tree, then the accumulator (which starts from the bias) ---------------
+        sums, ctrl = self._tree(m, cols, self.tree_flags, ctrl)
+        acc, cap = self._fold_accumulate(m, sums, ctrl)
+        self._fold_outputs(m, acc, cap)
+
+    def _fold_issue(self, m: Module) -> tuple[list[Signal], Signal, Signal, Signal, Signal]:
+        """The input rotation and the step counters (issue stage): the rotating register,
+        chunk k, group g, step s, run."""
+        f = self.fold
         x = self.inputs()
         n = f.r_in * f.c
         en = self.en
-        # -- input rotation and step counters (issue stage) ------------------------------
         sr = [Signal(shape_of(self.tx), name=f"sr{i}", reset_less=True) for i in range(n)]
         k = Signal(range(max(2, f.r_in)), name="k")
         g = Signal(range(max(2, f.r_out)), name="g")
@@ -294,39 +272,47 @@ class Dense(Unit):
                         m.d.sync += [k.eq(0), g.eq(g + 1)]
                         with m.If(g == f.r_out - 1):
                             m.d.sync += [run.eq(0), g.eq(0), s.eq(0)]
-        # control travels with the data: first chunk of a group, last chunk, group
-        first = Signal(name="first")
-        last = Signal(name="last")
-        m.d.comb += [first.eq(k == 0), last.eq(run & (k == f.r_in - 1))]
-        ctrl = [first, last, g]
-        # -- stage 1: ROM read (synchronous) and chunk register --------------------------
-        mul_keys = [key for key, (_, kind) in sorted(self.lanes.items()) if kind == "mul"]
-        coef: dict[tuple[int, int], Value] = {}
-        if mul_keys:
-            words = []
-            for st in range(f.steps):
-                word = 0
-                for li, key in enumerate(mul_keys):
-                    word |= (self.lanes[key][0][st] & ((1 << self.cw) - 1)) << (li * self.cw)
-                words.append(word)
-            attrs = {"ram_style": "block" if self.rom_block else "logic"}
-            rom = Memory(shape=unsigned(self.rom_width), depth=f.steps, init=words,
-                         attrs=attrs)
-            m.submodules.rom = rom
-            rp = rom.read_port(domain="sync")
-            m.d.comb += [rp.addr.eq(s), rp.en.eq(en)]
-            data = rp.data
-        xa = self.regs(m, sr[:f.c] + ctrl, "xa")
-        # -- stages 2-3: coefficients and chunk registered twice more (block RAM
-        # clock-to-out, and room for the placer to reach the DSP columns) --------------
+        return sr, k, g, s, run
+
+    def _fold_rom(self, m: Module, mul_keys: list[tuple[int, int]], s: Signal) -> Value:
+        """The coefficient ROM: one word per step, every multiplier lane's coefficient in
+        it; read synchronously at step s. Returns the read data."""
+        f = self.fold
+        words = []
+        for st in range(f.steps):
+            word = 0
+            for li, key in enumerate(mul_keys):
+                word |= (self.lanes[key][0][st] & ((1 << self.cw) - 1)) << (li * self.cw)
+            words.append(word)
+        attrs = {"ram_style": "block" if self.rom_block else "logic"}
+        rom = Memory(shape=unsigned(self.rom_width), depth=f.steps, init=words,
+                     attrs=attrs)
+        m.submodules.rom = rom
+        rp = rom.read_port(domain="sync")
+        m.d.comb += [rp.addr.eq(s), rp.en.eq(self.en)]
+        return rp.data
+
+    def _fold_operands(self, m: Module, xa: list[Signal], data: Value | None,
+                       mul_keys: list[tuple[int, int]]
+                       ) -> tuple[list[Value], list[Value], dict[tuple[int, int], Value]]:
+        """Stages 2-3: coefficients and chunk registered twice more (block RAM clock-to-out,
+        and room for the placer to reach the DSP columns), not with a lean schedule.
+        Returns (chunk, control, coefficient per multiplier lane)."""
+        f = self.fold
         lean = self.pipe.lean
+        coef: dict[tuple[int, int], Value] = {}
         if mul_keys:
             cw = data if lean else self.regs(m, self.regs(m, [data], "coef")[:1], "coefd")[0]
             for li, key in enumerate(mul_keys):
                 coef[key] = cw[li * self.cw:(li + 1) * self.cw].as_signed()
         xb = xa if lean else self.regs(m, self.regs(m, xa, "xb"), "xc")
-        xs, ctrl = xb[:f.c], xb[f.c:]
-        # -- stage 4: products, registered twice (DSP out, then near the tree) -----------
+        return xb[:f.c], xb[f.c:], coef
+
+    def _fold_products(self, m: Module, xs: list[Value], coef: dict[tuple[int, int], Value],
+                       ctrl: list[Value]) -> tuple[list[list[Value]], list[Value]]:
+        """Stage 4: the lanes' products, registered twice (DSP out, then near the tree; lean:
+        as planned). Returns (the products per output lane, control)."""
+        f = self.fold
         cols: list[list[Value]] = [[] for _ in range(f.m)]
         keys = sorted(self.lanes)
         prods = []
@@ -340,13 +326,17 @@ class Dense(Unit):
         pr = prods + ctrl
         if self.prod_reg:
             pr = self.regs(m, pr, "p")
-        if not lean:
+        if not self.pipe.lean:
             pr = self.regs(m, pr, "pd")
         for (_t, j), v in zip(keys, pr[:len(keys)], strict=True):
             cols[j].append(v)
-        ctrl = pr[len(keys):]
-        # -- adder tree, then the accumulator (which starts from the bias) ---------------
-        sums, ctrl = self._tree(m, cols, self.tree_flags, ctrl)
+        return cols, pr[len(keys):]
+
+    def _fold_accumulate(self, m: Module, sums: list[Value], ctrl: list[Value]
+                         ) -> tuple[list[Signal], list[Signal]]:
+        """The accumulators, each starting from its output's bias on a group's first chunk.
+        Returns (accumulators, the registered (last chunk, group) that captures them)."""
+        f = self.fold
         fst, lst, gg = ctrl
         biases = [[self.bias[gi * f.m + j] if gi * f.m + j < self.n_out else 0
                    for j in range(f.m)] for gi in range(f.r_out)]
@@ -359,14 +349,18 @@ class Dense(Unit):
                     with m.Case(gi):
                         m.d.comb += [bsel[j].eq(biases[gi][j]) for j in range(f.m)]
         acc = [Signal(signed(self.mod), name=f"acc{j}", reset_less=True) for j in range(f.m)]
-        with m.If(en):
+        with m.If(self.en):
             m.d.sync += [acc[j].eq(fit(Mux(fst, bsel[j], acc[j]) + sums[j], self.mod, True))
                          for j in range(f.m)]
-        cap = self.regs(m, [lst, gg], "cap")
-        # -- requantization into the group's output registers ----------------------------
+        return acc, self.regs(m, [lst, gg], "cap")
+
+    def _fold_outputs(self, m: Module, acc: list[Signal], cap: list[Signal]) -> None:
+        """Requantization into the group's output registers, which drive y."""
+        f = self.fold
         outs, (cap_v, cap_g) = self._requant(m, list(acc), self.rq_flags[0], cap)
         t = self.tout
         y = [Signal(shape_of(t), name=f"y{j}", reset_less=True) for j in range(self.n_out)]
+        en = self.en
         for gi in range(f.r_out):
             write = en & cap_v & (cap_g == gi) if f.r_out > 1 else en & cap_v
             with m.If(write):

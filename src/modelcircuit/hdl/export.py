@@ -8,13 +8,13 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..graphs.pipeline import CompiledGraph
-from .arith import HdlError
+from .errors import HdlError
 from .names import check_top_name
+from .reuse import Reuse
 from .top import build_top
 
 _FF = re.compile(r"cell \$(?:a?dffe?|sdffe?|aldffe?|dffsre?) .*?\n(.*?)\n\s*end\n", re.S)
@@ -34,10 +34,11 @@ def register_bits(rtlil_text: str) -> int:
     return bits
 
 
-def convert(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str | None = None,
+def convert(compiled: CompiledGraph, reuse: Reuse | str | None = None,
             top_name: str = "top", adder_levels: int | None = None,
             pipeline: str | None = None) -> tuple[str, str, dict[str, Any]]:
-    """(verilog text, rtlil text, info) in memory."""
+    """(verilog text, rtlil text, info) in memory. `reuse`: a resolved plan (hdl/reuse.py;
+    `--reuse auto` is resolved first by the FPGA flow, hdl/flow/fit.plan_reuse)."""
     from amaranth.back import rtlil, verilog
 
     check_top_name(top_name)
@@ -61,11 +62,12 @@ def convert(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str | None
 
 
 def export_verilog(compiled: CompiledGraph, out_dir: str | os.PathLike[str],
-                   reuse: int | Mapping[str, int] | str | None = None, top_name: str = "top",
+                   reuse: Reuse | str | None = None, top_name: str = "top",
                    adder_levels: int | None = None, pipeline: str | None = None
                    ) -> dict[str, Any]:
     """Write <top>.v, <top>.il and <top>.json (ports, packing, latency, II) into out_dir.
-    Returns the JSON's content (plus `convert_s`, the conversion time, not written)."""
+    Returns the JSON's content (plus `convert_s`, the conversion time, not written).
+    `reuse`: a resolved plan (see convert); `pipeline`: the register schedule's name."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise HdlError(f"output path {str(out)!r} is a file, not a directory")

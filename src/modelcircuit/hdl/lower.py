@@ -1,7 +1,11 @@
-"""The lowering table: one function per IR op, graph node -> Unit (an Amaranth component).
+"""The lowering table: one function per op of the vocabulary (graphs/ops.py), graph node ->
+Unit (an Amaranth component, hdl/component.py).
 
-An op missing from LOWERING is a compile error naming the op, the node and the supported
-list: never a silent fallback. Every function reproduces reference.py bit for bit.
+`LOWERING` maps each op the circuit builds to its function; `REFUSED` names every other op of
+the vocabulary with the reason (tests/graphs/test_ops.py: together they are the vocabulary,
+no overlap). An op in neither, or a refused one, is a compile error naming the op, the node
+and the supported list: never a silent fallback. Every function reproduces reference.py bit
+for bit; attributes are read typed (graphs/ops.py `*Attrs.of`), never re-parsed here.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ import numpy as np
 from amaranth.hdl import Mux, Value
 
 from ..graphs.ir import Graph, Node
-from ..graphs.types import FixedType, parse_type
-from .arith import HdlError, check_fixed, const_mul, relu, requantize
-from .dense import PIPELINES, Dense, Pipeline
-from .unit import Unit
+from ..graphs.ops import DenseAttrs, LutAttrs, Op, SoftmaxAttrs, TransposeAttrs
+from ..graphs.types import FixedType
+from .arith import check_fixed, const_mul, relu, requantize
+from .component import Unit
+from .dense import Dense
+from .errors import HdlError
+from .schedule import SCHEDULES, Schedule
 from .units import Elementwise, Lut, Softmax, Wiring, threshold_fn
 
 
@@ -24,7 +31,7 @@ from .units import Elementwise, Lut, Softmax, Wiring, threshold_fn
 class Options:
     reuse: dict[str, int]  # Dense node name -> reuse factor (missing: 1)
     adder_levels: int = 4
-    pipeline: Pipeline = PIPELINES["latency"]
+    schedule: Schedule = SCHEDULES["latency"]  # the register schedule
 
 
 def _t(g: Graph, name: str, node: Node) -> FixedType:
@@ -59,17 +66,16 @@ def lower_dense(g: Graph, node: Node, opt: Options) -> Unit:
     x, wn = node.inputs[0], node.inputs[1]
     bn = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     tx, tout = _t(g, x, node), _out(g, node)[0]
-    acc = node.get("acc")
-    if acc is None:
+    a = DenseAttrs.of(node)
+    if a.acc is None:
         raise HdlError(f"node {node.name} (Dense): no accumulator type; compile the graph first")
     w = np.asarray(g.constants[wn], dtype=np.int64)
     if w.ndim != 2 or g.tensor(x).size != w.shape[0]:
         raise HdlError(f"node {node.name} (Dense): weights of shape {list(w.shape)} do not "
                        f"match the input of {g.tensor(x).size} elements")
     return Dense(tx, w, _t(g, wn, node), None if bn is None else np.asarray(g.constants[bn]),
-                 None if bn is None else _t(g, bn, node), tout, parse_type(acc),
-                 bool(node.get("relu", False)), opt.reuse.get(node.name, 1), opt.adder_levels,
-                 opt.pipeline)
+                 None if bn is None else _t(g, bn, node), tout, a.acc, a.relu,
+                 opt.reuse.get(node.name, 1), opt.adder_levels, opt.schedule)
 
 
 def _elementwise(g: Graph, node: Node, fn: Callable[[list[list[Value]]], list[Value]],
@@ -161,20 +167,19 @@ def lower_threshold(g: Graph, node: Node, opt: Options) -> Unit:
 
 def lower_lut(g: Graph, node: Node, opt: Options) -> Unit:
     tin, n = _spec(g, node.inputs[0], node)
-    return Lut(tin, n, _out(g, node)[0], np.asarray(g.constants[node.inputs[1]]),
-               node.get("lo"), node.get("shift"))
+    a = LutAttrs.of(node)
+    return Lut(tin, n, _out(g, node)[0], np.asarray(g.constants[node.inputs[1]]), a.lo, a.shift)
 
 
 def lower_softmax(g: Graph, node: Node, opt: Options) -> Unit:
     tin, n = _spec(g, node.inputs[0], node)
     if len(node.inputs) < 3:
         raise HdlError(f"node {node.name} (Softmax): no exp/reciprocal tables; compile first")
-    et, rt = parse_type(node.get("exp_type")), parse_type(node.get("recip_type"))
-    return Softmax(tin, n, _out(g, node)[0], np.asarray(g.constants[node.inputs[1]]), et,
-                   node.get("exp_lo"), node.get("exp_shift"),
-                   np.asarray(g.constants[node.inputs[2]]), rt, node.get("recip_lo"),
-                   node.get("recip_shift"),
-                   deep=opt.pipeline.mul_levels is None)  # "fmax": products alone in a stage
+    a = SoftmaxAttrs.of(node)
+    return Softmax(tin, n, _out(g, node)[0], np.asarray(g.constants[node.inputs[1]]),
+                   a.exp_type, a.exp_lo, a.exp_shift, np.asarray(g.constants[node.inputs[2]]),
+                   a.recip_type, a.recip_lo, a.recip_shift,
+                   deep=opt.schedule.mul_levels is None)  # "fmax": products alone in a stage
 
 
 def lower_reshape(g: Graph, node: Node, opt: Options) -> Unit:
@@ -185,22 +190,31 @@ def lower_reshape(g: Graph, node: Node, opt: Options) -> Unit:
 def lower_transpose(g: Graph, node: Node, opt: Options) -> Unit:
     t, n = _spec(g, node.inputs[0], node)
     shp = g.tensor(node.inputs[0]).shape
-    perm = np.arange(n).reshape(shp).transpose(tuple(node.get("perm"))).reshape(-1)
+    perm = np.arange(n).reshape(shp).transpose(TransposeAttrs.of(node).perm).reshape(-1)
     return Wiring(t, perm)
 
 
 Lowering = Callable[[Graph, Node, Options], Unit]
-LOWERING: dict[str, Lowering] = {
-    "Dense": lower_dense, "Add": lower_add, "Sub": lower_sub, "Mul": lower_mul,
-    "Relu": lower_relu, "LeakyRelu": lower_leaky_relu, "Requant": lower_requant,
-    "Bipolar": lower_bipolar, "Threshold": lower_threshold, "Lut": lower_lut,
-    "Softmax": lower_softmax, "Reshape": lower_reshape, "Transpose": lower_transpose,
+LOWERING: dict[Op, Lowering] = {
+    Op.DENSE: lower_dense, Op.ADD: lower_add, Op.SUB: lower_sub, Op.MUL: lower_mul,
+    Op.RELU: lower_relu, Op.LEAKY_RELU: lower_leaky_relu, Op.REQUANT: lower_requant,
+    Op.BIPOLAR: lower_bipolar, Op.THRESHOLD: lower_threshold, Op.LUT: lower_lut,
+    Op.SOFTMAX: lower_softmax, Op.RESHAPE: lower_reshape, Op.TRANSPOSE: lower_transpose,
+}
+
+REFUSED: dict[Op, str] = {
+    Op.DIV: "a quotient of two activations is float only; a circuit needs fixed point",
+    Op.BATCHNORM: "folded into the preceding Dense before fixed point; float golden only",
+    Op.CONCAT: "no circuit yet (the golden model runs it)",
+    Op.GATHER: "no circuit yet (the golden model runs it)",
 }
 
 
 def lower_node(g: Graph, node: Node, opt: Options) -> Unit:
-    fn = LOWERING.get(node.op)
+    fn = LOWERING.get(node.op)  # an Op is a str: "Dense" finds Op.DENSE
     if fn is None:
-        raise HdlError(f"node {node.name}: op {node.op} has no HDL lowering; supported: "
+        why = REFUSED.get(node.op)
+        raise HdlError(f"node {node.name}: op {node.op} has no HDL lowering"
+                       f"{f' ({why})' if why else ''}; supported: "
                        f"{', '.join(sorted(LOWERING))}")
     return fn(g, node, opt)

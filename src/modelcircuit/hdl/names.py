@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .arith import HdlError
+from .errors import HdlError
 
 VERILOG_KEYWORDS = frozenset("""
 always and assign automatic begin buf bufif0 bufif1 case casex casez cell cmos config deassign

@@ -18,8 +18,6 @@ the buffer, then freezes every register (no vector is lost or duplicated);
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
@@ -27,43 +25,22 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..graphs.pipeline import CompiledGraph
-from .arith import HdlError, check_fixed
-from .dense import PIPELINES, Pipeline, family_pipeline
+from .arith import check_fixed
+from .component import Unit
+from .errors import HdlError
 from .lower import Options, lower_node
 from .names import instance_name
-from .reuse import resolve_plan
-from .unit import Unit
+from .reuse import Reuse, ReusePlan, resolve_reuse
+from .schedule import DEFAULT_ADDER_LEVELS, FPGA_ADDER_LEVELS, resolve_schedule
 
-DEFAULT_ADDER_LEVELS = PIPELINES["latency"].adder_levels  # 4
-FPGA_ADDER_LEVELS = PIPELINES["fmax"].adder_levels
-
-
-def default_pipeline(profile: str | None) -> str:
-    """The register schedule for a profile: an FPGA's family default (dense.family_pipeline),
-    else "latency" (fewest cycles: the jet tagger at R=1 in 12)."""
-    if profile:
-        from ..graphs.profiles import all_profiles
-
-        p = all_profiles().get(profile, {})
-        if p.get("kind") == "fpga":
-            return family_pipeline(p.get("family"))
-    return "latency"
+__all__ = ["DEFAULT_ADDER_LEVELS", "FPGA_ADDER_LEVELS", "ModelTop", "build_top", "check_io"]
 
 
-def resolve_pipeline(compiled: CompiledGraph, pipeline: str | None, adder_levels: int | None
-                     ) -> tuple[str, Pipeline]:
-    """The register schedule preset and adder levels per stage (default: default_pipeline of
-    the graph's profile)."""
-    if pipeline is None:
-        pipeline = default_pipeline(compiled.profile)
-    if pipeline not in PIPELINES:
-        raise HdlError(f"pipeline must be one of {', '.join(sorted(PIPELINES))}, got {pipeline!r}")
-    pipe = PIPELINES[pipeline]
-    if adder_levels is None:
-        adder_levels = pipe.adder_levels
-    if isinstance(adder_levels, bool) or not isinstance(adder_levels, int) or adder_levels < 1:
-        raise HdlError(f"adder_levels must be a positive integer, got {adder_levels!r}")
-    return pipeline, dataclasses.replace(pipe, adder_levels=adder_levels)
+def check_io(g: Any) -> None:
+    """The HDL backend's top level has one input and one output stream."""
+    if len(g.inputs) != 1 or len(g.outputs) != 1:
+        raise HdlError(f"graph {g.name!r}: the HDL backend needs exactly one input and one "
+                       f"output, got {len(g.inputs)} and {len(g.outputs)}")
 
 
 def _packing(g: Any, name: str, port: str) -> dict[str, Any]:
@@ -77,19 +54,22 @@ def _packing(g: Any, name: str, port: str) -> dict[str, Any]:
 
 
 class ModelTop(wiring.Component):
-    def __init__(self, compiled: CompiledGraph, reuse: int | Mapping[str, int] | str | None = None,
+    """The model. `reuse`: a resolved plan (hdl/reuse.py; None: the compiled graph's reuse
+    option, which must not be "auto": the FPGA flow resolves that, hdl/flow/fit.plan_reuse).
+    `pipeline`: the register schedule's name (hdl/schedule.py; None: the profile's default)."""
+
+    def __init__(self, compiled: CompiledGraph, reuse: Reuse | str | None = None,
                  adder_levels: int | None = None, pipeline: str | None = None):
         g = compiled.graph
-        if len(g.inputs) != 1 or len(g.outputs) != 1:
-            raise HdlError(f"graph {g.name!r}: the HDL backend needs exactly one input and one "
-                           f"output, got {len(g.inputs)} and {len(g.outputs)}")
-        self.pipeline, pipe = resolve_pipeline(compiled, pipeline, adder_levels)
-        self.lean = pipe.lean
-        self.adder_levels = pipe.adder_levels
+        check_io(g)
+        self.schedule, sched = resolve_schedule(compiled, pipeline, adder_levels)
+        self.lean = sched.lean
+        self.adder_levels = sched.adder_levels
         if reuse is None:
             reuse = compiled.options.get("reuse", 1)
-        plan, self.fit = resolve_plan(compiled, reuse)
-        opt = Options(plan, pipe.adder_levels, pipe)
+        plan = resolve_reuse(compiled, reuse)
+        self.fit = reuse.fit if isinstance(reuse, ReusePlan) else None
+        opt = Options(plan, sched.adder_levels, sched)
         self.graph = g
         self.units: list[tuple[str, Any, Unit, int]] = []  # (instance, node, unit, start time)
         time = {g.inputs[0]: 0}
@@ -97,7 +77,7 @@ class ModelTop(wiring.Component):
             acts = g.activations(node)
             unit = lower_node(g, node, opt)
             t0 = max(time[a] for a in acts) if acts else 0
-            if unit.ii > 1 and not pipe.lean:  # a folded unit loads on `start`: a register,
+            if unit.ii > 1 and not sched.lean:  # a folded unit loads on `start`: a register,
                 t0 = max(t0, 1)  # not the input handshake itself (its fan-out set the ECP5 clock)
             self.units.append((instance_name(idx, node.name), node, unit, t0))
             time[node.outputs[0]] = t0 + unit.latency
@@ -120,7 +100,7 @@ class ModelTop(wiring.Component):
             "multipliers": sum(u.multipliers for _, _, u, _ in self.units),
             "shifts": sum(u.shifts for _, _, u, _ in self.units),
             "layers": layers, "input": self.input_info, "output": self.output_info,
-            "pipeline": self.pipeline, "adder_levels": self.adder_levels,
+            "pipeline": self.schedule, "adder_levels": self.adder_levels,
             **({"fit": self.fit} if self.fit is not None else {}),
             "ports": ["clk", "rst", "i__payload", "i__valid", "i__ready", "o__payload",
                       "o__valid", "o__ready"],
@@ -154,20 +134,29 @@ class ModelTop(wiring.Component):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        en, accept = Signal(), Signal()
+        # the clock enable and the input handshake: unnamed ("$signal") in the Verilog, as
+        # they always were (generated files stay byte-identical)
+        en, accept = Signal(name="$signal"), Signal(name="$signal")
         valid = self._valid(m, en, accept)
-        # output skid buffer (2 entries, bypassed when empty): the clock enable depends on
-        # its fill level (a register) only, not combinationally on o.ready
+        pipe_out = self._output_buffer(m, en, valid[self.latency])
+        self._input_ready(m, en, accept)
+        self._connect_units(m, en, valid, pipe_out)
+        return m
+
+    def _output_buffer(self, m: Module, en: Signal, out_valid: Value) -> Signal:
+        """The output skid buffer (2 entries, bypassed when empty): the clock enable depends
+        on its fill level (a register) only, not combinationally on o.ready. Returns the
+        signal the pipeline's output drives."""
         width = self.output_info["width"]
         count = Signal(range(3), name="obuf_n")
         head = Signal(width, name="obuf0", reset_less=True)
         tail = Signal(width, name="obuf1", reset_less=True)
         pipe_out = Signal(width, name="pipe_out")
-        m.d.comb += [en.eq(count < 2), self.o.valid.eq((count != 0) | valid[self.latency]),
+        m.d.comb += [en.eq(count < 2), self.o.valid.eq((count != 0) | out_valid),
                      self.o.payload.eq(Mux(count != 0, head, pipe_out))]
         pop = self.o.valid & self.o.ready
         push = Signal(name="obuf_push")
-        m.d.comb += push.eq(valid[self.latency] & en & ~((count == 0) & self.o.ready))
+        m.d.comb += push.eq(out_valid & en & ~((count == 0) & self.o.ready))
         with m.Switch(count):
             with m.Case(0):
                 with m.If(push):
@@ -182,6 +171,10 @@ class ModelTop(wiring.Component):
             with m.Case(2):
                 with m.If(pop):
                     m.d.sync += [head.eq(tail), count.eq(1)]
+        return pipe_out
+
+    def _input_ready(self, m: Module, en: Signal, accept: Signal) -> None:
+        """i.ready = en, and for II > 1 only every II enabled cycles; accept = handshake."""
         if self.ii > 1:
             cool = Signal(range(self.ii))
             m.d.comb += self.i.ready.eq(en & (cool == 0))
@@ -194,7 +187,10 @@ class ModelTop(wiring.Component):
             m.d.comb += self.i.ready.eq(en)
         m.d.comb += accept.eq(self.i.valid & self.i.ready)
 
-        # delayed copies of every tensor: {name: {time: value}}
+    def _connect_units(self, m: Module, en: Signal, valid: dict[int, Value],
+                       pipe_out: Signal) -> None:
+        """Every unit fed with its operands at its start time (delayed copies of a tensor
+        where it is read later than it is made), the output into the buffer."""
         at: dict[str, dict[int, Value]] = {self.graph.inputs[0]: {0: self.i.payload}}
 
         def get(name: str, t: int) -> Value:
@@ -216,7 +212,6 @@ class ModelTop(wiring.Component):
             at[node.outputs[0]] = {t0 + unit.latency: unit.y}
         out = self.graph.outputs[0]
         m.d.comb += pipe_out.eq(get(out, self.latency))
-        return m
 
 
 def delay_pulse(m: Module, en: Value, pulse: Value, d: int, slots: int, name: str) -> Value:
@@ -243,12 +238,13 @@ def delay_pulse(m: Module, en: Value, pulse: Value, d: int, slots: int, name: st
     return out
 
 
-def build_top(compiled: CompiledGraph, reuse: int | Mapping[str, int] | str | None = None,
+def build_top(compiled: CompiledGraph, reuse: Reuse | str | None = None,
               adder_levels: int | None = None, pipeline: str | None = None
               ) -> tuple[ModelTop, dict[str, Any]]:
     """The model's top-level component and its schedule (latency, II, per-layer figures,
-    port packing; with reuse="auto" the fit plan under "fit"). adder_levels / pipeline:
-    None = the default for the compiled graph's target (see resolve_pipeline). Raises
+    port packing; for a plan of `--reuse auto`, its fit block under "fit"). `reuse`: a
+    resolved plan (hdl/reuse.py). adder_levels / pipeline (the register schedule): None =
+    the default for the compiled graph's target (schedule.resolve_schedule). Raises
     HdlError for anything that cannot be lowered."""
     top = ModelTop(compiled, reuse, adder_levels, pipeline)
     return top, top.info()

@@ -10,7 +10,7 @@ from amaranth.lib.memory import Memory
 
 from ..graphs.types import FixedType
 from .arith import fit, requantize, shape_of, table_index
-from .unit import Unit
+from .component import Unit
 
 ElemFn = Callable[[list[list[Value]]], list[Value]]
 

@@ -117,6 +117,10 @@ def _tool_versions(simulator: str) -> str:
     return "; ".join(v)
 
 
+# ~40k cycles/s under Verilator here: about 20 minutes
+MAX_SIM_CYCLES = 50_000_000
+
+
 # -- cache --------------------------------------------------------------------------------
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     if cache_dir is not None:
@@ -173,6 +177,7 @@ def export_model(compiled: Any, reuse: Any, folder: Path) -> tuple[Path, dict[st
     """The model's Verilog and its port/timing description, regenerated only on change.
     Caller holds the folder's lock."""
     from ..hdl import export_verilog
+    from ..hdl.flow import plan_reuse
 
     hdl_dir = folder / "hdl"
     key = _sha(compiled.graph_id, _reuse_tag(reuse), hdl_fingerprint())
@@ -181,7 +186,7 @@ def export_model(compiled: Any, reuse: Any, folder: Path) -> tuple[Path, dict[st
     if not (stamp.exists() and stamp.read_text() == key and v.exists() and js.exists()):
         if hdl_dir.exists():
             shutil.rmtree(hdl_dir)
-        export_verilog(compiled, hdl_dir, reuse=reuse, top_name=TOP)
+        export_verilog(compiled, hdl_dir, reuse=plan_reuse(compiled, reuse), top_name=TOP)
         stamp.write_text(key)
     return v, json.loads(js.read_text())
 
@@ -412,6 +417,11 @@ def execute(compiled: Any, input_codes: np.ndarray, simulator: str = "verilator"
     """
     folder, spec, built, build_s = prepare(compiled, simulator, reuse, cache_dir)
     x = check_input_codes(compiled, input_codes, Port.from_info(spec["input"]))
+    cycles = len(x) * int(spec.get("ii") or 1) + int(spec.get("latency") or 0)
+    if cycles > MAX_SIM_CYCLES:
+        raise SimError(f"simulating {len(x):,} vectors at II {spec.get('ii')} takes about "
+                       f"{cycles:,} cycles, over the limit of {MAX_SIM_CYCLES:,} (hours of "
+                       "simulation); use fewer --vectors")
     exp = golden_codes(compiled, x) if expected is None else np.asarray(expected)
     if exp.shape[0] != x.shape[0]:
         raise SimError(f"expected outputs for {exp.shape[0]} vectors, inputs have {x.shape[0]}")

@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 
 from ..ir import Graph, GraphError, Node
+from ..ops import ADDITIVE, ELEMENTWISE_BINARY, AddAttrs, DenseAttrs, Op
 from ..types import FixedType, TypeError_, type_for_range
 
 
@@ -45,10 +46,10 @@ def _check_fixed_elementwise(g: Graph, node: Node) -> None:
     """Fixed point supports Add/Sub/Mul of two activations of one shape; division of two
     activations and broadcasting between activations are float only (a clear refusal)."""
     acts = g.activations(node)
-    if node.op == "Div":
+    if node.op == Op.DIV:
         raise GraphError(f"node {node.name} (Div): division of two activations is not "
                          "supported in fixed point (float32 only)")
-    if node.op in ("Add", "Sub", "Mul") and len(acts) == 2:
+    if node.op in ELEMENTWISE_BINARY and len(acts) == 2:  # Add, Sub, Mul (Div: refused above)
         out = g.tensor(node.outputs[0]).shape
         shapes = [g.tensor(a).shape for a in acts]
         if any(s != out for s in shapes):
@@ -65,32 +66,32 @@ def accumulator_types(g: Graph) -> Graph:
         in_t = [tensors[i].dtype for i in node.inputs if i]
         if any(isinstance(t, FixedType) for t in in_t) and (out_t is None or not out_t.is_float):
             _check_fixed_elementwise(g, node)
-            if node.op == "Dense":
+            if node.op == Op.DENSE:
                 xt, wt = in_t[0], in_t[1]
                 b = g.constants[node.inputs[2]] if len(node.inputs) > 2 else None
                 bt = in_t[2] if len(in_t) > 2 else None
                 lo, hi, frac = dense_range(xt, g.constants[node.inputs[1]], b, bt, wt)
                 acc = _check(node, lo, hi, frac, "accumulator")
                 node = node.with_attrs(acc=str(acc))
-                if node.get("exact"):
+                if DenseAttrs.of(node).exact:
                     tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]], dtype=acc)
-            elif node.op in ("Add", "Sub") and all(isinstance(t, FixedType) for t in in_t):
+            elif node.op in ADDITIVE and all(isinstance(t, FixedType) for t in in_t):
                 a, b = in_t[0], in_t[1]
                 f = max(a.frac, b.frac)
                 lo = (a.qmin << (f - a.frac)) + min(b.qmin << (f - b.frac), -(b.qmax << (f - b.frac)))
                 hi = (a.qmax << (f - a.frac)) + max(b.qmax << (f - b.frac), -(b.qmin << (f - b.frac)))
                 acc = _check(node, lo, hi, f, "sum")
                 node = node.with_attrs(acc=str(acc))
-                if node.get("exact"):
+                if AddAttrs.of(node).exact:
                     tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]], dtype=acc)
-            elif node.op in ("Mul", "LeakyRelu") and all(isinstance(t, FixedType) for t in in_t):
+            elif node.op in (Op.MUL, Op.LEAKY_RELU) and all(isinstance(t, FixedType) for t in in_t):
                 x, c = in_t[0], in_t[1]
                 if g.is_const(node.inputs[1]):
                     cv = [int(v) for v in np.asarray(g.constants[node.inputs[1]]).reshape(-1)]
                 else:  # product of two activations: every code of y is possible
                     cv = [c.qmin, c.qmax]
                 prods = [x.qmin * v for v in cv] + [x.qmax * v for v in cv]
-                if node.op == "LeakyRelu":
+                if node.op == Op.LEAKY_RELU:
                     if c.frac < 0:  # x >= 0 passes as x << frac: needs frac >= 0
                         raise GraphError(f"node {node.name} (LeakyRelu): alpha is too large for "
                                          f"fixed-point width {c.width} (it would need {c}, "

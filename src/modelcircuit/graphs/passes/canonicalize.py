@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 
 from ..ir import Graph, prune
+from ..ops import EXACT_PRODUCERS, FLOAT_CHAIN, BatchNormAttrs, Op
 from ._util import single_consumer, splice
 
 
@@ -17,10 +18,10 @@ def fuse_bias(g: Graph) -> Graph:
     while changed:
         changed = False
         for d in g.nodes:
-            if d.op != "Dense" or len(d.inputs) != 2:
+            if d.op != Op.DENSE or len(d.inputs) != 2:
                 continue
             add = single_consumer(g, d.outputs[0])
-            if add is None or add.op != "Add" or not g.is_const(add.inputs[1]):
+            if add is None or add.op != Op.ADD or not g.is_const(add.inputs[1]):
                 continue
             if g.tensor(d.outputs[0]).dtype is not None:
                 continue
@@ -46,15 +47,15 @@ def fold_batchnorm(g: Graph) -> Graph:
     between two quantizers and becomes thresholds later.
     """
     for bn in list(g.nodes):
-        if bn.op != "BatchNorm":
+        if bn.op != Op.BATCHNORM:
             continue
         d = g.producer(bn.inputs[0])
-        if d is None or d.op != "Dense" or single_consumer(g, d.outputs[0]) is None:
+        if d is None or d.op != Op.DENSE or single_consumer(g, d.outputs[0]) is None:
             continue
         if g.tensor(d.inputs[1]).dtype is not None or g.tensor(d.outputs[0]).dtype is not None:
             continue
         s, b, m, v = (np.asarray(g.constants[n], dtype=np.float64) for n in bn.inputs[1:5])
-        k = s / np.sqrt(v + bn.get("epsilon"))
+        k = s / np.sqrt(v + BatchNormAttrs.of(bn).epsilon)
         W = np.asarray(g.constants[d.inputs[1]], dtype=np.float64) * k[None, :]
         b0 = (np.asarray(g.constants[d.inputs[2]], dtype=np.float64)
               if len(d.inputs) > 2 else np.zeros_like(k))
@@ -71,23 +72,21 @@ def fold_batchnorm(g: Graph) -> Graph:
     return g
 
 
-_EXACT_PRODUCERS = ("Dense", "Relu", "Add", "Sub")
+_SCALING = frozenset({Op.MUL, Op.BATCHNORM})  # the float-chain ops whose constants are not exact
 
 
 def _after_float_chain(g: Graph, node) -> bool:
     """Does an untyped Mul/BatchNorm feed `node` through element-wise ops? Then the whole
     chain belongs to the thresholds pass, not to one exact op."""
     cur = node
-    while cur is not None and cur.op in ("Add", "Relu", "Mul", "BatchNorm"):
-        if cur is not node and cur.op in ("Mul", "BatchNorm"):
-            return True
-        if cur.op in ("Mul", "BatchNorm") and cur is not node:
+    while cur is not None and cur.op in FLOAT_CHAIN:
+        if cur is not node and cur.op in _SCALING:
             return True
         nxt = cur.inputs[0]
         if g.tensor(nxt).dtype is not None:
             return False
         cur = g.producer(nxt)
-        if cur is not None and cur.op in ("Mul", "BatchNorm"):
+        if cur is not None and cur.op in _SCALING:
             return True
     return False
 
@@ -99,10 +98,10 @@ def fold_requant(g: Graph) -> Graph:
     BatchNorm chains are left for the thresholds pass (their float constants are not exact).
     """
     for r in list(g.nodes):
-        if r.op != "Requant":
+        if r.op != Op.REQUANT:
             continue
         p = g.producer(r.inputs[0])
-        if p is None or p.op not in _EXACT_PRODUCERS or single_consumer(g, p.outputs[0]) is None:
+        if p is None or p.op not in EXACT_PRODUCERS or single_consumer(g, p.outputs[0]) is None:
             continue
         if g.tensor(p.outputs[0]).dtype is not None or _after_float_chain(g, p):
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ir import Graph, prune
+from ..ops import DenseAttrs, Op
 from ..types import FixedType, Overflow
 from ._util import single_consumer, splice
 
@@ -17,14 +18,14 @@ def fuse_dense_relu(g: Graph) -> Graph:
     requant(0) = 0, so max(requant(acc), 0) = requant(max(acc, 0)).
     """
     for d in list(g.nodes):
-        if d.op != "Dense" or d.get("relu"):
+        if d.op != Op.DENSE or DenseAttrs.of(d).relu:
             continue
         r = single_consumer(g, d.outputs[0])
-        if r is None or r.op != "Relu":
+        if r is None or r.op != Op.RELU:
             continue
         td, tr = g.tensor(d.outputs[0]).dtype, g.tensor(r.outputs[0]).dtype
         ok = td == tr or (isinstance(tr, FixedType) and tr.overflow == Overflow.SAT
-                          and bool(d.get("exact")))
+                          and DenseAttrs.of(d).exact)
         if td is not None and td.is_float and tr is not None and tr.is_float:
             ok = True
         if not ok:

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..ir import Graph, GraphError, Node, Tensor
+from ..ops import FLOAT_CHAIN, LAYOUT, LeakyReluAttrs, Op
 from ..types import FLOAT32, FixedType, NumType, parse_type
 
 DEFAULT_PRECISION = FixedType(16, 6)
-_MOVEMENT = ("Reshape", "Transpose")
-_CHAIN_OPS = ("BatchNorm", "Mul", "Add", "Relu")
+_EXACT_OPS = frozenset({Op.DENSE, Op.ADD, Op.SUB})  # ops with an `exact` attribute
 
 
 def fit_int_bits(max_abs: float, width: int, signed: bool = True) -> int:
@@ -49,9 +49,9 @@ def _chain_to_model_quant(g: Graph, node: Node) -> bool:
         if len(cons) != 1 or cur.outputs[0] in g.outputs:
             return False
         nxt = cons[0]
-        if nxt.op == "Requant" and g.tensor(nxt.outputs[0]).dtype is not None:
+        if nxt.op == Op.REQUANT and g.tensor(nxt.outputs[0]).dtype is not None:
             return True
-        if nxt.op not in _CHAIN_OPS or any(not g.is_const(i) for i in nxt.inputs[1:]):
+        if nxt.op not in FLOAT_CHAIN or any(not g.is_const(i) for i in nxt.inputs[1:]):
             return False
         cur = nxt
 
@@ -113,7 +113,7 @@ def assign_types(g: Graph, precision: NumType | None = None,
             # which is what the ReLU makes of them anyway): then the two fuse
             node = g.producer(name)
             cons = g.consumers(name)
-            if node is not None and node.op == "Dense" and len(cons) == 1 and cons[0].op == "Relu":
+            if node is not None and node.op == Op.DENSE and len(cons) == 1 and cons[0].op == Op.RELU:
                 lo, hi = ranges.get(cons[0].outputs[0], (lo, hi))
             signed = lo < 0
             return dataclasses.replace(base, signed=signed,
@@ -129,7 +129,7 @@ def assign_types(g: Graph, precision: NumType | None = None,
         if tensors[x].dtype is None:
             set_t(x, activation_type(x, x))
     for node in g.nodes:
-        in_chain = node.op in _CHAIN_OPS and _chain_to_model_quant(g, node)
+        in_chain = node.op in FLOAT_CHAIN and _chain_to_model_quant(g, node)
         # constants first: weights, biases, element-wise constants (float-chain constants stay
         # float: the thresholds pass evaluates them as the model does)
         for k, c in enumerate(node.inputs[1:], start=1):
@@ -141,29 +141,29 @@ def assign_types(g: Graph, precision: NumType | None = None,
             t = _per_layer_type(per_layer, node.name, part)
             vals = g.constants[c]
             if t is None:
-                if node.op == "Dense" and not ranges:
+                if node.op == Op.DENSE and not ranges:
                     t = base
                 else:
                     t = fit_type(vals, base)
             set_t(c, t)
-        if node.op == "LeakyRelu" and len(node.inputs) == 1:
+        if node.op == Op.LEAKY_RELU and len(node.inputs) == 1:
             an = f"{node.name}_alpha"
-            consts[an] = np.array(node.get("alpha"), dtype=np.float64)
+            consts[an] = np.array(LeakyReluAttrs.of(node).alpha, dtype=np.float64)
             tensors[an] = Tensor(an, (), fit_type(consts[an], base))
             node = dataclasses.replace(node, inputs=node.inputs + (an,))
         out = node.outputs[0]
         if tensors[out].dtype is None:
             ins = [tensors[i].dtype for i in node.inputs if i]
-            if node.op in _MOVEMENT:
+            if node.op in LAYOUT:
                 set_t(out, ins[0])
             elif _per_layer_type(per_layer, node.name, "result") is not None:
                 set_t(out, activation_type(out, node.name))
             elif in_chain:
                 pass  # left for the thresholds pass
-            elif (model_typed and precision is None and node.op in ("Dense", "Add", "Sub")
+            elif (model_typed and precision is None and node.op in _EXACT_OPS
                   and all(t is not None for t in ins)):
                 node = node.with_attrs(exact=True)
-            elif (node.op == "Dense" and _chain_to_model_quant(g, node)
+            elif (node.op == Op.DENSE and _chain_to_model_quant(g, node)
                   and all(t is not None for t in ins)):
                 node = node.with_attrs(exact=True)
             else:

@@ -17,10 +17,14 @@ import numpy as np
 
 from .. import fixed as fx
 from ..ir import Graph, GraphError, Node, Tensor
+from ..ops import TABLE_OPS, LutAttrs, Op, op_of
 from ..reference import FLOAT_FUNCS
 from ..types import FixedType, Rounding
 
 DEFAULT_TABLE_BITS = 10
+# index bits of a table: at most 2**16 entries (a table is a ROM in the circuit and an array
+# in every backend; 2**40 entries would never be built)
+TABLE_BITS_RANGE = (4, 16)
 EXP_TYPE = FixedType(18, 1, signed=False, rounding=Rounding.RND)
 RECIP_TYPE = FixedType(18, 1, signed=False, rounding=Rounding.RND)
 # where the functions are flat enough that saturating the index costs nothing
@@ -48,7 +52,7 @@ def make_table(func: str, node: Node, lo: int, hi: int, shift: int, tin: FixedTy
 
 def _lut(g: Graph, node: Node, bits: int) -> tuple[Node, dict[str, np.ndarray], dict[str, Tensor]]:
     tin, tout = g.tensor(node.inputs[0]).dtype, g.tensor(node.outputs[0]).dtype
-    func = node.get("func")
+    func = LutAttrs.of(node).func
     dlo, dhi = _DOMAIN.get(func, (None, None))
     lo = tin.qmin if dlo is None else max(tin.qmin, _code(dlo, tin, up=True))
     hi = tin.qmax if dhi is None else min(tin.qmax, _code(dhi, tin, up=False))
@@ -57,7 +61,7 @@ def _lut(g: Graph, node: Node, bits: int) -> tuple[Node, dict[str, np.ndarray], 
     table = make_table(func, node, lo, hi, shift, tin, tout)
     name = f"{node.name}_table"
     attrs = {k: v for k, v in node.attrs}
-    new = Node.make(node.name, "Lut", [node.inputs[0], name], node.outputs,
+    new = Node.make(node.name, Op.LUT, [node.inputs[0], name], node.outputs,
                     **{**attrs, "lo": lo, "shift": shift, "size": len(table)})
     return new, {name: table}, {name: Tensor(name, table.shape, tout)}
 
@@ -79,19 +83,31 @@ def _softmax(g: Graph, node: Node, bits: int) -> tuple[Node, dict[str, np.ndarra
     r_lo = (r_lo >> r_shift) << r_shift
     recip_table = make_table("reciprocal", node, r_lo, r_hi, r_shift, EXP_TYPE, RECIP_TYPE)
     en, rn = f"{node.name}_exp_table", f"{node.name}_recip_table"
-    new = Node.make(node.name, "Softmax", [node.inputs[0], en, rn], node.outputs,
+    new = Node.make(node.name, Op.SOFTMAX, [node.inputs[0], en, rn], node.outputs,
                     exp_lo=exp_lo, exp_shift=shift, recip_lo=r_lo, recip_shift=r_shift,
                     exp_type=str(EXP_TYPE), recip_type=str(RECIP_TYPE))
     return (new, {en: exp_table, rn: recip_table},
             {en: Tensor(en, exp_table.shape, EXP_TYPE), rn: Tensor(rn, recip_table.shape, RECIP_TYPE)})
 
 
+_BUILDERS = {Op.LUT: _lut, Op.SOFTMAX: _softmax}  # one per TABLE_OPS member
+
+
+def check_table_bits(table_bits: object) -> int:
+    lo, hi = TABLE_BITS_RANGE
+    if isinstance(table_bits, bool) or not isinstance(table_bits, (int, np.integer)) \
+            or not lo <= int(table_bits) <= hi:
+        raise GraphError(f"table_bits must be an integer within {lo}..{hi}, got {table_bits!r}")
+    return int(table_bits)
+
+
 def build_tables(g: Graph, table_bits: int = DEFAULT_TABLE_BITS) -> Graph:
+    table_bits = check_table_bits(table_bits)
     nodes, consts, tensors = [], dict(g.constants), dict(g.tensors)
     for node in g.nodes:
         out_t = g.tensor(node.outputs[0]).dtype
-        if node.op in ("Lut", "Softmax") and isinstance(out_t, FixedType) and len(node.inputs) == 1:
-            new, c, t = (_lut if node.op == "Lut" else _softmax)(g, node, table_bits)
+        if node.op in TABLE_OPS and isinstance(out_t, FixedType) and len(node.inputs) == 1:
+            new, c, t = _BUILDERS[op_of(node.op)](g, node, table_bits)
             nodes.append(new)
             consts.update(c)
             tensors.update(t)

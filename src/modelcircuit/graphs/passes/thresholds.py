@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import fixed as fx
 from ..ir import Graph, GraphError, Node, Tensor, prune
+from ..ops import FLOAT_CHAIN, BatchNormAttrs, DenseAttrs, Op
 from ..types import FixedType
 from ._util import splice
 from .accumulators import dense_range
@@ -28,7 +29,7 @@ def _chain(g: Graph, r: Node) -> list[Node] | None:
     cur = r.inputs[0]
     while g.tensor(cur).dtype is None:
         p = g.producer(cur)
-        if p is None or p.op not in ("BatchNorm", "Mul", "Add", "Relu"):
+        if p is None or p.op not in FLOAT_CHAIN:
             return None
         chain.append(p)
         cur = p.inputs[0]
@@ -42,12 +43,12 @@ def _to_onnx(g: Graph, chain: list[Node], channels: int) -> onnx.ModelProto:
         ins = [n.inputs[0]]
         for c in n.inputs[1:]:
             v = np.asarray(g.constants[c], dtype=np.float32)
-            if n.op != "BatchNorm" and v.ndim == 1 and v.shape[0] == channels:
+            if n.op != Op.BATCHNORM and v.ndim == 1 and v.shape[0] == channels:
                 v = v.reshape(1, channels)
             inits.append(numpy_helper.from_array(v, c))
             ins.append(c)
-        op = {"BatchNorm": "BatchNormalization"}.get(n.op, n.op)
-        kw = {"epsilon": float(n.get("epsilon"))} if n.op == "BatchNorm" else {}
+        op = {Op.BATCHNORM: "BatchNormalization"}.get(n.op, str(n.op))  # ONNX op names
+        kw = {"epsilon": BatchNormAttrs.of(n).epsilon} if n.op == Op.BATCHNORM else {}
         nodes.append(helper.make_node(op, ins, list(n.outputs), **kw))
     gi = helper.make_tensor_value_info(src, TensorProto.FLOAT, None)
     go = helper.make_tensor_value_info(chain[-1].outputs[0], TensorProto.FLOAT, None)
@@ -59,7 +60,7 @@ def _input_range(g: Graph, src: str, t: FixedType) -> tuple[int, int]:
     """The codes the chain can see: a Dense's exact accumulator range (from its constant
     weights), else the whole range of the input type."""
     p = g.producer(src)
-    if p is not None and p.op == "Dense" and p.get("exact"):
+    if p is not None and p.op == Op.DENSE and DenseAttrs.of(p).exact:
         ts = [g.tensor(i).dtype for i in p.inputs]
         b = g.constants[p.inputs[2]] if len(p.inputs) > 2 else None
         lo, hi, frac = dense_range(ts[0], g.constants[p.inputs[1]], b,
@@ -81,7 +82,7 @@ def float_chains_to_thresholds(g: Graph) -> Graph:
     import onnxruntime as ort
 
     for r in list(g.nodes):
-        if r.op != "Requant":
+        if r.op != Op.REQUANT:
             continue
         chain = _chain(g, r)
         if chain is None:
@@ -103,7 +104,7 @@ def float_chains_to_thresholds(g: Graph) -> Graph:
                              f"{len(shape)} tensor is not supported")
         codes = np.arange(lo, hi + 1, dtype=np.int64)
         x = np.repeat(fx.to_float(codes, t).astype(np.float32)[:, None], channels, axis=1)
-        if not per_channel and chain[0].op == "BatchNorm":
+        if not per_channel and chain[0].op == Op.BATCHNORM:
             channels = 1
         sess = ort.InferenceSession(_to_onnx(g, chain, channels).SerializeToString(),
                                     providers=["CPUExecutionProvider"])
@@ -128,8 +129,8 @@ def float_chains_to_thresholds(g: Graph) -> Graph:
         for nm, v in zip(names, (thr, stp, base), strict=True):
             consts[nm] = v
             tensors[nm] = Tensor(nm, v.shape, t if nm == names[0] else out_t)
-        th_node = Node.make(r.name, "Threshold", [src] + names, r.outputs,
-                            source_ops=[n.op for n in chain])
+        th_node = Node.make(r.name, Op.THRESHOLD, [src] + names, r.outputs,
+                            source_ops=[str(n.op) for n in chain])
         drop = {n.name for n in chain}
         g = prune(g.replace(nodes=splice(g, drop, {r.name: th_node}), constants=consts,
                             tensors=tensors))

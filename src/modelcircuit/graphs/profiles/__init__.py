@@ -1,4 +1,9 @@
-"""Hardware profiles as data (gpu.json, fpga.json) and the loader."""
+"""Hardware profiles as data (gpu.json, fpga.json) and the loader.
+
+fpga.json also holds, under "families", what every device of an FPGA family shares (DSP
+widths, soft-multiplier limit, block-RAM geometry, nextpnr cell names, the default register
+schedule, and the resource estimate's calibration and margins): `fpga_families()`. That key
+is not a profile."""
 
 from __future__ import annotations
 
@@ -9,13 +14,25 @@ from typing import Any
 
 from ..ir import GraphError
 
+FAMILIES = "families"  # the key of fpga.json that holds family data, not a profile
+
+
+@cache
+def _load(f: str) -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath(f).read_text())
+
 
 @cache
 def all_profiles() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for f in ("gpu.json", "fpga.json"):
-        out.update(json.loads(resources.files(__package__).joinpath(f).read_text()))
+        out.update({k: v for k, v in _load(f).items() if k != FAMILIES})
     return out
+
+
+def fpga_families() -> dict[str, dict[str, Any]]:
+    """FPGA family -> the data its devices share (fpga.json "families")."""
+    return _load("fpga.json").get(FAMILIES, {})
 
 
 def get_profile(name: str) -> dict[str, Any]:

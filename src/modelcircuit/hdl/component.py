@@ -1,4 +1,5 @@
-"""The common shape of every lowered op: a `wiring.Component` with ports
+"""`Unit`, the base class of every lowered op's circuit (the concrete units: dense.py for
+Dense, units.py for the others). A unit is a `wiring.Component` with ports
 
     en    In(1)        global clock enable (the whole pipeline stalls together)
     start In(1)        the input vector is valid this cycle (folded units load on it)

@@ -6,9 +6,9 @@ Boards: `icebreaker` (iCEBreaker, iCE40 UP5K, 12 MHz, UART on the FTDI's second 
 design (top.il, with the vendor IO buffers), pin constraints (top.pcf / top.lpf, clock
 frequency included) and its build script; the tools are the yowasp ones through Amaranth's
 env vars (YOSYS, NEXTPNR_ICE40, ICEPACK, NEXTPNR_ECP5, ECPPACK; OPENFPGALOADER is set too,
-since the ULX3S platform requires it even when not programming — see fpga.tool_env). The
+since the ULX3S platform requires it even when not programming — see tools.tool_env). The
 commands are the platform's own (device, package, speed grade and packer flags are read from
-its build script), run through fpga.Runner for logs, progress and timings, with the same
+its build script), run through tools.Runner for logs, progress and timings, with the same
 synthesis as the out-of-context flow (DSP budget respected, `stat -json` for the report).
 """
 
@@ -23,16 +23,10 @@ from typing import Any
 
 from amaranth.hdl import Elaboratable, Module
 
-from .fpga import (
-    FlowError,
-    Runner,
-    ToolError,
-    _pnr_error,
-    _report,
-    check_fit,
-    parse_nextpnr,
-    synthesize,
-)
+from .nextpnr import run_nextpnr
+from .reports import report
+from .tools import FlowError, Runner, ToolError
+from .yosys import check_fit, synthesize
 
 BOARDS: dict[str, dict[str, Any]] = {
     "icebreaker": {"device": "ice40-up5k", "platform": "amaranth_boards.icebreaker:ICEBreakerPlatform",
@@ -104,7 +98,7 @@ def _nextpnr_argv(argv: list[str]) -> list[str]:
 
 def build_board(core: Any, info: dict[str, Any], prof: dict[str, Any], board: str, out: Path,
                 runner: Runner, what: str = "design") -> dict[str, Any]:
-    from .uart import UartWrapper
+    from ..uart import UartWrapper
 
     spec = board_for(board, prof)
     plat = platform(board)
@@ -126,19 +120,13 @@ def build_board(core: Any, info: dict[str, Any], prof: dict[str, Any], board: st
     pack_key = "$ICEPACK" if fam == "ice40" else "$ECPPACK"
     if pnr_key not in cmds or pack_key not in cmds:
         raise FlowError(f"the {board} platform's build script has no {pnr_key}/{pack_key} step")
-    try:
-        text = runner.run("nextpnr", f"nextpnr-{fam}", _nextpnr_argv(cmds[pnr_key]), work)
-    except ToolError as e:
-        raise _pnr_error(e, prof, what) from None
-    pnr = parse_nextpnr(text)
-    if not pnr["utilisation"] or pnr["fmax_mhz"] is None:
-        raise ToolError("nextpnr output had no utilisation/Fmax lines to parse")
+    pnr = run_nextpnr(runner, fam, _nextpnr_argv(cmds[pnr_key]), work, prof, what)
     runner.run("pack", "icepack" if fam == "ice40" else "ecppack", cmds[pack_key], work)
     bit = spec["bitstream"]
     if not (work / bit).exists():
         raise ToolError(f"the packer wrote no {bit}")
     shutil.move(str(work / bit), out / bit)
-    rep = _report(prof, st, pnr, runner, ooc=False, board=board, files={"bitstream": bit})
+    rep = report(prof, st, pnr, runner, ooc=False, board=board, files={"bitstream": bit})
     rep["uart"] = dict(wrapper.protocol(), baud=BAUD, clk_hz=clk_hz,
                        doc="modelcircuit.hdl.uart (module docstring)")
     return rep

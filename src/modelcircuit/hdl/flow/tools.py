@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TextIO
 
 try:
     import fcntl
@@ -147,7 +148,7 @@ def warm_tool(tool: str, progress: Progress = None) -> bool:
         if r.returncode < 0:
             raise ToolError(f"{exe} was {_killed_by(r.returncode)} while loading; its compiled "
                             f"cache under {cache} may be damaged: delete it and retry",
-                            _tail(r.stdout))
+                            tail(r.stdout))
         _warmed.add(key)
         compiled = "Preparing to run" in r.stdout  # yowasp_runtime's words when it compiles
         if compiled and progress:
@@ -175,7 +176,7 @@ def _killed_by(rc: int) -> str:
         return f"killed by signal {-rc}"
 
 
-def _tail(text: str, n: int = TAIL_LINES) -> str:
+def tail(text: str, n: int = TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:])
 
 
@@ -209,49 +210,17 @@ class Runner:
         cmd = ["sh", "-c", shell] if shell else [tool_path(tool), *args]
         self.say(f"[{step}] running {os.path.basename(cmd[0]) if not shell else shell.split()[0]}")
         t0 = time.monotonic()
-        lines: list[str] = []
-        q: queue.Queue[str | None] = queue.Queue()
         env = tool_env()
         try:
             p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, text=True, errors="replace", env=env)
         except OSError as e:
             raise ToolError(f"{step}: cannot start {cmd[0]}: {e}") from None
-
-        def pump() -> None:
-            assert p.stdout is not None
-            for line in p.stdout:
-                q.put(line)
-            q.put(None)
-
-        th = threading.Thread(target=pump, daemon=True)
-        th.start()
-        last_say = t0
+        lines: list[str] = []
         try:
             with open(log_path, "w") as log:
                 log.write(f"# {' '.join(cmd)}\n# cwd {cwd}\n")
-                while True:
-                    try:
-                        line = q.get(timeout=1.0)
-                    except queue.Empty:
-                        line = ""
-                    now = time.monotonic()
-                    if timeout_s and now - t0 > timeout_s:
-                        raise ToolError(f"{step}: timed out after {timeout_s:.0f} s; last lines "
-                                        f"of {log_path.name}: {_tail(''.join(lines), 1)}",
-                                        _tail("".join(lines)))
-                    if line is None:
-                        break
-                    if line:
-                        log.write(line)
-                        lines.append(line)
-                        m = self.PHASE.match(line.strip())
-                        if m and now - last_say >= 3.0:
-                            self.say(f"[{step}] {now - t0:5.0f}s  {line.strip()[:100]}")
-                            last_say = now
-                    elif now - last_say >= self.heartbeat_s:
-                        self.say(f"[{step}] {now - t0:5.0f}s  still running")
-                        last_say = now
+                self._follow(p, step, log, lines, t0, timeout_s)
                 rc = p.wait()
         finally:
             if p.poll() is None:  # left the loop by an exception: the tool must not outlive it
@@ -261,13 +230,50 @@ class Runner:
         self.times[step] = round(dt, 2)
         text = "".join(lines)
         if rc < 0:  # e.g. "yosys-synth failed: yosys was killed by SIGBUS", not "exit -7"
-            raise ToolError(f"{step} failed: {tool} was {_killed_by(rc)}", _tail(text))
+            raise ToolError(f"{step} failed: {tool} was {_killed_by(rc)}", tail(text))
         if rc != 0:
-            raise ToolError(f"{step} failed (exit {rc}): {_last_error(text)}", _tail(text))
+            raise ToolError(f"{step} failed (exit {rc}): {last_error(text)}", tail(text))
         self.say(f"[{step}] done in {dt:.1f}s")
         return text
 
+    def _follow(self, p: subprocess.Popen[str], step: str, log: TextIO, lines: list[str],
+                t0: float, timeout_s: float | None) -> None:
+        """Copy the tool's output into `log` and `lines` until it ends, saying its phases
+        (and a heartbeat while it is quiet); ToolError past `timeout_s`."""
+        q: queue.Queue[str | None] = queue.Queue()
 
-def _last_error(text: str) -> str:
+        def pump() -> None:
+            assert p.stdout is not None
+            for line in p.stdout:
+                q.put(line)
+            q.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        last_say = t0
+        while True:
+            try:
+                line = q.get(timeout=1.0)
+            except queue.Empty:
+                line = ""
+            now = time.monotonic()
+            if timeout_s and now - t0 > timeout_s:
+                raise ToolError(f"{step}: timed out after {timeout_s:.0f} s; last lines "
+                                f"of {Path(log.name).name}: {tail(''.join(lines), 1)}",
+                                tail("".join(lines)))
+            if line is None:
+                return
+            if line:
+                log.write(line)
+                lines.append(line)
+                m = self.PHASE.match(line.strip())
+                if m and now - last_say >= 3.0:
+                    self.say(f"[{step}] {now - t0:5.0f}s  {line.strip()[:100]}")
+                    last_say = now
+            elif now - last_say >= self.heartbeat_s:
+                self.say(f"[{step}] {now - t0:5.0f}s  still running")
+                last_say = now
+
+
+def last_error(text: str) -> str:
     errs = [ln.strip() for ln in text.splitlines() if re.match(r"^\s*(ERROR|Error|error)", ln)]
-    return errs[-1][:300] if errs else (_tail(text, 1)[:300] or "no output")
+    return errs[-1][:300] if errs else (tail(text, 1)[:300] or "no output")

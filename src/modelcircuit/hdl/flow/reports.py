@@ -1,6 +1,6 @@
 """Reading the FPGA tools' own output: nextpnr's utilisation, Fmax (the last line is the
-post-route one) and critical path, yosys `stat -json` cell counts, multiplier widths; and the
-short text table of a report."""
+post-route one) and critical path, yosys `stat -json` cell counts, multiplier widths; the
+report of a build (`report`), its text table and its files."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+
+from .devices import family
+from .tools import Runner
 
 _UTIL = re.compile(r"^Info:\s+(\w+):\s+(\d+)\s*/\s*(\d+)\s+(\d+)%")
 _FMAX = re.compile(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+)\s+MHz\s+\((PASS|FAIL)\s+at\s+([\d.]+)\s+MHz\)")
@@ -96,3 +99,54 @@ def text_table(rep: dict[str, Any]) -> str:
     if rep.get("files", {}).get("bitstream"):
         lines.append(f"bitstream: {rep['files']['bitstream']}")
     return "\n".join(lines) + "\n"
+
+
+def report_numbers(st: dict[str, Any], pnr: dict[str, Any], prof: dict[str, Any]) -> dict[str, Any]:
+    cells = family(prof["family"])["nextpnr_cells"]
+    u = pnr["utilisation"]
+
+    def used(key: str) -> int | None:
+        v = u.get(cells.get(key, ""))
+        return v[0] if v else None
+
+    lc = used("lc")
+    ff = used("ff_cells")
+    return {
+        # LUT: logic cells nextpnr placed (iCE40 LC = LUT4+carry+FF; ECP5 COMB = LUT4 or
+        # carry half), the figure the device total counts; yosys's plain LUT4 count beside.
+        "lut": lc if lc is not None else st["lut"],
+        "lut4": st["lut"], "carry": st["carry"],
+        "ff": ff if ff is not None else st["ff"],
+        "dsp": used("dsp") if used("dsp") is not None else st["dsp"],
+        "bram": used("bram") if used("bram") is not None else st["bram"],
+    }
+
+
+def report(prof: dict[str, Any], st: dict[str, Any], pnr: dict[str, Any], runner: Runner,
+           ooc: bool, board: str | None, files: dict[str, str]) -> dict[str, Any]:
+    """The report of one placed and routed design (synthesis numbers `st`, nextpnr's `pnr`)."""
+    res = report_numbers(st, pnr, prof)
+    return {
+        "device": prof["name"], "family": prof["family"], "board": board,
+        "out_of_context": ooc,
+        "resources": res,
+        "device_totals": {k: prof[k] for k in ("lut", "ff", "dsp", "bram")},
+        "utilisation": pnr["utilisation"],
+        "yosys_cells": st["cells"],
+        "multipliers": st.get("multipliers"),
+        "fmax_mhz": pnr["fmax_mhz"], "fmax_lines": pnr["fmax_lines"],
+        "target_mhz": pnr["fmax_lines"][-1]["target_mhz"] if pnr["fmax_lines"] else None,
+        "critical_path": pnr["critical_path"],
+        "tool_wall_s": dict(runner.times),
+        "files": files,
+    }
+
+
+def write_reports(rep: dict[str, Any], out: Path) -> None:
+    (out / "report.json").write_text(json.dumps(rep, indent=1, sort_keys=True, default=str) + "\n")
+    (out / "report.txt").write_text(text_table(rep))
+
+
+def stable(rep: dict[str, Any]) -> dict[str, Any]:
+    """The deterministic part of a report (for manifests: no wall times)."""
+    return {k: v for k, v in rep.items() if k not in ("tool_wall_s",)}

@@ -1,0 +1,105 @@
+"""Byte-identity of everything the compiler writes, for a restructuring that must change
+nothing: compile each model for each target at two precisions, hash every file.
+
+    python bench/identity.py --write bench/identity_baseline.json   # on the commit before
+    python bench/identity.py --check bench/identity_baseline.json   # after: lists differences
+
+Models: the bundled digits MLP and the MLPs of ../shared/models (skipped where absent).
+Prints a table (model, precision, target, files, graph id, same?) and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "models"
+MODELS = ["digits", "three_layer_keras", "three_layer_pytorch", "two_layer_keras",
+          "qkeras_jettagging", "TFC_2W2A", "TFC_1W2A", "bnn_model_fc_1layer"]
+PRECISIONS = [None, "fixed<8,3>"]
+TARGETS = ["golden", "gpu", "verilog"]
+
+
+def model_path(name: str) -> Path | None:
+    if name == "digits":
+        return ROOT / "src" / "modelcircuit" / "data" / "digits_mlp.onnx"
+    p = SHARED / f"{name}.onnx"
+    return p if p.exists() else None
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def run(models: list[str], targets: list[str]) -> dict[str, dict[str, str]]:
+    import modelcircuit as mc
+    from modelcircuit.artifact import write_compiled
+
+    out: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in models:
+            path = model_path(name)
+            if path is None:
+                print(f"skip {name}: {SHARED} absent", file=sys.stderr)
+                continue
+            for prec in PRECISIONS:
+                try:
+                    c = mc.compile(mc.load_onnx(path), precision=prec)
+                except ValueError as e:
+                    out[f"{name}|{prec}"] = {"error": str(e).splitlines()[0]}
+                    continue
+                for target in targets:
+                    key = f"{name}|{prec}|{target}"
+                    d = Path(tmp) / key.replace("|", "_").replace("<", "").replace(">", "").replace(",", "_")
+                    t0 = time.perf_counter()
+                    try:
+                        write_compiled(c, d, target)
+                        out[key] = {"graph_id": c.graph_id, **hashes(d)}
+                    except ValueError as e:
+                        out[key] = {"error": str(e).splitlines()[0]}
+                    print(f"{key:55s} {len(out[key]):3d} files  {time.perf_counter() - t0:6.1f} s",
+                          file=sys.stderr)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--write", metavar="JSON")
+    g.add_argument("--check", metavar="JSON")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "identity.json"))
+    a = ap.parse_args()
+    got = run(a.models.split(","), a.targets.split(","))
+    if a.write:
+        Path(a.write).write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {a.write}: {sum(len(v) for v in got.values())} hashes")
+        return 0
+    want = json.loads(Path(a.check).read_text())
+    bad = 0
+    print(f"{'model|precision|target':55s} {'files':>5s}  same")
+    for key in sorted(set(want) | set(got)):
+        w, h = want.get(key), got.get(key)
+        same = w == h
+        bad += not same
+        print(f"{key:55s} {len(h or {}):5d}  {'yes' if same else 'NO'}")
+        if not same and w and h:
+            for f in sorted(set(w) | set(h)):
+                if w.get(f) != h.get(f):
+                    print(f"    differs: {f}")
+    print(f"{len(got) - bad}/{len(set(want) | set(got))} identical")
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps({"got": got, "differences": bad}, indent=1) + "\n")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

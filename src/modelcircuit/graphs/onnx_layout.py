@@ -1,0 +1,228 @@
+"""Handlers of the ops that move values without computing them (Reshape, Flatten, Squeeze,
+Unsqueeze, Transpose, Identity, Concat, Gather), and the helpers every handler shares: a
+node's attributes, an activation's per-sample shape, constant integer inputs, axes.
+
+Shapes here are per sample: the batch (ONNX dimension 0) is not part of the IR, so an op
+that would move or fold the batch is refused; a Reshape or Transpose that keeps the values
+in order becomes an alias (no IR node).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+if TYPE_CHECKING:
+    from .onnx_import import _Importer
+
+
+def attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def act_shape(im: _Importer, name: str) -> tuple[int, ...]:
+    """Per-sample shape of an activation input of the node being imported."""
+    s = im.src(name)
+    if s not in im.shapes:
+        raise im.err(im.node, f"input {name!r} must be an activation here, not a constant")
+    return im.shapes[s]
+
+
+def int_const(im: _Importer, node: onnx.NodeProto, name: str, what: str) -> list[int]:
+    """A constant 1-D (or scalar) integer input, e.g. a shape or axes."""
+    if not im.is_const(name):
+        raise im.err(node, f"{what} {name!r} must be a constant")
+    v = np.asarray(im.const(name))
+    if v.dtype.kind not in "iu" or v.ndim > 1:
+        raise im.err(node, f"{what} {name!r} must be a 1-D integer tensor, got dtype {v.dtype} "
+                     f"shape {list(v.shape)}")
+    return [int(x) for x in v.reshape(-1)]
+
+
+def norm_axes(im: _Importer, node: onnx.NodeProto, axes: list[int], rank: int) -> list[int]:
+    """ONNX axes of a rank-`rank` tensor, made non-negative; out of range or repeated: refused."""
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise im.err(node, f"axis {a} is out of range for a rank-{rank} tensor")
+        out.append(a + rank if a < 0 else a)
+    if len(set(out)) != len(out):
+        raise im.err(node, f"axes {axes} repeat an axis")
+    return out
+
+
+
+def batch_axis(im: _Importer, node: onnx.NodeProto, axis: int, rank: int) -> int:
+    """ONNX axis of a rank-`rank` (batch-including) tensor -> per-sample axis."""
+    ax = axis + rank if axis < 0 else axis
+    if not 0 <= ax < rank:
+        raise im.err(node, f"axis {axis} is out of range for a rank-{rank} tensor")
+    if ax == 0:
+        raise im.err(node, f"axis {axis} is the batch dimension (dimension 0); only per-sample "
+                     "axes are supported")
+    return ax - 1
+
+
+def concat(im: _Importer, node: onnx.NodeProto) -> None:
+    """Concat of activations along a per-sample axis (constants mixed in are refused)."""
+    ins = [i for i in node.input if i]
+    consts = [i for i in ins if im.is_const(i)]
+    if consts:
+        raise im.err(node, f"Concat of activations with constants {consts} is not supported")
+    shapes = [act_shape(im, i) for i in ins]
+    ax = batch_axis(im, node, int(attrs(node)["axis"]), len(shapes[0]) + 1)
+    for s in shapes[1:]:
+        if len(s) != len(shapes[0]) or any(
+                a != b for k, (a, b) in enumerate(zip(s, shapes[0], strict=True)) if k != ax):
+            raise im.err(node, f"Concat of per-sample shapes {[list(t) for t in shapes]} along "
+                         f"axis {ax + 1}: the other dimensions differ")
+    out = list(shapes[0])
+    out[ax] = sum(s[ax] for s in shapes)
+    im.emit(node, "Concat", ins, node.output[0], tuple(out), axis=ax)
+
+
+def gather(im: _Importer, node: onnx.NodeProto) -> None:
+    """Gather along a per-sample axis of an activation with constant indices; the indices
+    (negative ones made positive) are stored as the node's `indices` attribute."""
+    x, idx = node.input[:2]
+    if not im.is_const(idx):
+        raise im.err(node, "Gather indices must be constants")
+    shp = act_shape(im, x)
+    ax = batch_axis(im, node, int(attrs(node).get("axis", 0)), len(shp) + 1)
+    if im.const(idx).dtype.kind not in "iu":
+        raise im.err(node, f"Gather indices {idx!r} must be integers, got {im.const(idx).dtype}")
+    iv = np.asarray(im.const(idx)).astype(np.int64)
+    n = shp[ax]
+    if np.any(iv < -n) or np.any(iv >= n):
+        raise im.err(node, f"Gather indices {iv.reshape(-1).tolist()} are out of range for "
+                     f"a dimension of size {n}")
+    iv = np.where(iv < 0, iv + n, iv)
+    out = shp[:ax] + tuple(iv.shape) + shp[ax + 1:]
+    im.emit(node, "Gather", [x], node.output[0], out, axis=ax, indices=iv.tolist(),
+            indices_shape=list(iv.shape))
+
+
+def _alias(im: _Importer, node: onnx.NodeProto, x: str, shp: tuple[int, ...]) -> None:
+    """The node's output is its input `x`, values in the same order: no IR node."""
+    im.alias[node.output[0]] = im.src(x)
+    im.shapes[node.output[0]] = shp
+
+
+def _reshape_to(im: _Importer, node: onnx.NodeProto, x: str, full: tuple[int, ...]) -> None:
+    """Reshape given an ONNX (batch-including, batch=1) target shape."""
+    shp = act_shape(im, x)
+    size = math.prod(shp)
+    per = tuple(int(d) for d in full[1:])
+    if any(d < 1 for d in per) or math.prod(per) != size:
+        raise im.err(node, f"cannot reshape per-sample {list(shp)} to {list(per)}; the batch "
+                     "dimension must stay first")
+    if per == shp:
+        return _alias(im, node, x, shp)
+    im.emit(node, "Reshape", [x], node.output[0], per, shape=list(per))
+
+
+def reshape(im: _Importer, node: onnx.NodeProto) -> None:
+    """Flatten, Reshape, Squeeze and Unsqueeze: each computes its ONNX target shape."""
+    x = node.input[0]
+    shp = (1,) + act_shape(im, x)
+    target = {"Flatten": _flatten_target, "Reshape": _reshape_target,
+              "Squeeze": _squeeze_target, "Unsqueeze": _unsqueeze_target}[node.op_type]
+    _reshape_to(im, node, x, target(im, node, shp))
+
+
+def _flatten_target(im: _Importer, node: onnx.NodeProto, shp: tuple[int, ...]
+                    ) -> tuple[int, ...]:
+    axis = attrs(node).get("axis", 1)
+    ax = axis + len(shp) if axis < 0 else axis
+    if not 0 <= ax <= len(shp):
+        raise im.err(node, f"axis {axis} is out of range for a rank-{len(shp)} tensor")
+    if ax == 0:
+        raise im.err(node, "Flatten with axis 0 folds the batch dimension into the sample")
+    return (math.prod(shp[:ax]), math.prod(shp[ax:]))
+
+
+def _reshape_target(im: _Importer, node: onnx.NodeProto, shp: tuple[int, ...]
+                    ) -> tuple[int, ...]:
+    if not im.is_const(node.input[1]):
+        raise im.err(node, "Reshape target shape must be constant")
+    t = int_const(im, node, node.input[1], "shape")
+    allowzero = im.flag(node, attrs(node), "allowzero", 0)
+    if any(v < -1 for v in t) or t.count(-1) > 1 or (allowzero and 0 in t and -1 in t):
+        raise im.err(node, f"shape {t} is not a valid Reshape target (dimensions >= -1, at "
+                     "most one -1, and no -1 with a 0 under allowzero=1)")
+    if not allowzero and any(v == 0 and i >= len(shp) for i, v in enumerate(t)):
+        raise im.err(node, f"shape {t} copies (0) a dimension the rank-{len(shp)} input "
+                     "does not have")
+    t = [shp[i] if (v == 0 and not allowzero) else v for i, v in enumerate(t)]
+    if t and t[0] != 1 and (t[0] == -1 or t.count(-1) == 1):
+        t[0] = 1  # the batch, fixed or inferred, is the first dimension
+    if -1 in t:
+        known = math.prod(v for v in t if v != -1)
+        if known == 0 or math.prod(shp) % known:
+            raise im.err(node, f"cannot reshape per-sample {list(shp[1:])} to {t}: no "
+                         "whole size for the -1")
+        t[t.index(-1)] = math.prod(shp) // known
+    target = tuple(t)
+    if target and target[0] != 1:  # a fixed batch (e.g. 789444) written into the shape
+        target = (1,) + target[1:]
+    return target
+
+
+def _axes_of(im: _Importer, node: onnx.NodeProto) -> Any:
+    """Squeeze/Unsqueeze axes: the attribute (opset < 13) or the constant input."""
+    axes = attrs(node).get("axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = int_const(im, node, node.input[1], "axes")
+    return axes
+
+
+def _squeeze_target(im: _Importer, node: onnx.NodeProto, shp: tuple[int, ...]
+                    ) -> tuple[int, ...]:
+    axes = _axes_of(im, node)
+    axes = (norm_axes(im, node, list(axes), len(shp)) if axes
+            else [i for i, d in enumerate(shp) if d == 1 and i > 0])
+    if 0 in axes:
+        raise im.err(node, "cannot squeeze the batch dimension")
+    if any(shp[i] != 1 for i in axes):
+        raise im.err(node, f"cannot squeeze axes {sorted(axes)} of shape {list(shp)}: "
+                     "only dimensions of size 1 can be squeezed")
+    return tuple(d for i, d in enumerate(shp) if i not in axes)
+
+
+def _unsqueeze_target(im: _Importer, node: onnx.NodeProto, shp: tuple[int, ...]
+                      ) -> tuple[int, ...]:
+    axes = _axes_of(im, node)
+    if not axes:
+        raise im.err(node, "Unsqueeze needs axes")
+    out_rank = len(shp) + len(axes)
+    axes = sorted(norm_axes(im, node, list(axes), out_rank))
+    if 0 in axes:
+        raise im.err(node, "cannot unsqueeze in front of the batch dimension")
+    t = list(shp)
+    for ax in axes:
+        t.insert(ax, 1)
+    return tuple(t)
+
+
+def transpose(im: _Importer, node: onnx.NodeProto) -> None:
+    x = node.input[0]
+    shp = act_shape(im, x)
+    perm = list(attrs(node).get("perm", list(range(len(shp) + 1))[::-1]))
+    if sorted(perm) != list(range(len(shp) + 1)):
+        raise im.err(node, f"perm {perm} is not a permutation of the {len(shp) + 1} axes of "
+                     "the input")
+    if perm[0] != 0:
+        raise im.err(node, f"Transpose perm {perm} moves the batch dimension")
+    per = [p - 1 for p in perm[1:]]
+    if per == sorted(per):
+        return _alias(im, node, x, shp)
+    im.emit(node, "Transpose", [x], node.output[0], tuple(shp[p] for p in per), perm=per)
+
+
+def identity(im: _Importer, node: onnx.NodeProto) -> None:
+    _alias(im, node, node.input[0], act_shape(im, node.input[0]))
+

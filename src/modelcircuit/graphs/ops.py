@@ -1,0 +1,359 @@
+"""The op vocabulary of the IR: every op a graph may hold, the categories passes ask about,
+and (per op) the inputs it takes and the attributes passes write and backends read.
+
+An op is an `Op` (a str enum: `Op.DENSE == "Dense"`, so graph.json and graph ids are the same
+text as before). Passes ask categories (`node.op in LINEAR`), never spell op names; every
+backend keys its lowering table by `Op` and lists what it refuses, with a reason, in a second
+table — tests/graphs/test_ops.py checks that together they cover the vocabulary.
+
+Attributes stay stored on the node as today (sorted (key, value) pairs of plain JSON values:
+types as their text, e.g. acc="fixed<20,8>"), so the canonical JSON does not change. Read them
+typed, parsed once per node: `attrs(node)` (any op) or `DenseAttrs.of(node)` (one op, checked).
+`graphs/check.py` verifies every node against SPECS after every pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import MISSING, dataclass, field
+from enum import StrEnum
+from functools import lru_cache
+from numbers import Integral, Real
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from .ir import GraphError, Node
+from .types import FixedType, NumType, parse_type
+
+
+class Op(StrEnum):
+    DENSE = "Dense"            # y = x @ W (+ b), exact accumulator, one requantization
+    ADD = "Add"
+    SUB = "Sub"
+    MUL = "Mul"
+    DIV = "Div"                # float only (two activations)
+    RELU = "Relu"
+    LEAKY_RELU = "LeakyRelu"
+    LUT = "Lut"                # a non-linear function as a compile-time table
+    SOFTMAX = "Softmax"
+    THRESHOLD = "Threshold"    # MultiThreshold: float chains between two quantizers
+    REQUANT = "Requant"        # a model quantizer (QONNX Quant, QDQ) on an activation
+    BIPOLAR = "Bipolar"        # QONNX BipolarQuant on an activation
+    BATCHNORM = "BatchNorm"    # folded away before fixed point; float golden only
+    RESHAPE = "Reshape"
+    TRANSPOSE = "Transpose"
+    CONCAT = "Concat"
+    GATHER = "Gather"
+
+
+# Categories: what passes and backends ask, in one place.
+LINEAR = frozenset({Op.DENSE})
+ELEMENTWISE_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV})
+ADDITIVE = frozenset({Op.ADD, Op.SUB})
+ACTIVATION = frozenset({Op.RELU, Op.LEAKY_RELU, Op.LUT})
+TABLE_OPS = frozenset({Op.LUT, Op.SOFTMAX})
+QUANTIZERS = frozenset({Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD})
+MOVEMENT = frozenset({Op.RESHAPE, Op.TRANSPOSE, Op.CONCAT, Op.GATHER})
+LAYOUT = frozenset({Op.RESHAPE, Op.TRANSPOSE})
+# float arithmetic that a quantized model keeps between a MatMul and the next quantizer
+FLOAT_CHAIN = frozenset({Op.BATCHNORM, Op.MUL, Op.ADD, Op.RELU})
+# ops whose exact result a following model quantizer can become the output type of
+EXACT_PRODUCERS = frozenset({Op.DENSE, Op.RELU, Op.ADD, Op.SUB})
+ALL = frozenset(Op)
+
+# the float functions a Lut may name (reference.FLOAT_FUNCS defines each; a test says so)
+LUT_FUNCS = frozenset({"sigmoid", "tanh", "selu", "exp", "reciprocal"})
+SELU_ALPHA, SELU_GAMMA = 1.6732632423543772, 1.0507009873554805  # when a Lut names none
+
+
+def op_error(name: object) -> str:
+    return f"unknown op {name!r}; the vocabulary: {', '.join(o.value for o in Op)}"
+
+
+def op_of(name: str) -> Op:
+    """The vocabulary entry of an op name; a GraphError names the unknown op."""
+    try:
+        return Op(name)
+    except ValueError:
+        raise GraphError(op_error(name)) from None
+
+
+# -- attribute schemas -------------------------------------------------------------------
+# Each field's `kind` says how it is stored and parsed: bool, int, float, str; fixed / type
+# (the text of a FixedType / any NumType); ints / strs (tuples); index (an int or nested
+# tuples of ints). A field without a default is required.
+def _a(kind: str, default: Any = MISSING) -> Any:
+    return field(default=default, metadata={"kind": kind})
+
+
+A = TypeVar("A", bound="Attrs")
+
+
+@dataclass(frozen=True)
+class Attrs:
+    OP: ClassVar[Op]
+
+    @classmethod
+    def of(cls: type[A], node: Node) -> A:
+        """This node's attributes, parsed; a GraphError if the node is not of this op."""
+        a = attrs(node)
+        if not isinstance(a, cls):
+            raise GraphError(f"node {node.name} ({node.op}) is not a {cls.OP}")
+        return a
+
+
+@dataclass(frozen=True)
+class DenseAttrs(Attrs):
+    OP = Op.DENSE
+    acc: FixedType | None = _a("fixed", None)  # exact accumulator (accumulator_types)
+    relu: bool = _a("bool", False)             # fused ReLU (fuse_dense_relu)
+    exact: bool = _a("bool", False)            # output type = the accumulator (assign_types)
+
+
+@dataclass(frozen=True)
+class AddAttrs(Attrs):          # Add and Sub
+    OP = Op.ADD
+    acc: FixedType | None = _a("fixed", None)  # exact sum
+    exact: bool = _a("bool", False)
+
+
+@dataclass(frozen=True)
+class SubAttrs(AddAttrs):
+    OP = Op.SUB
+
+
+@dataclass(frozen=True)
+class MulAttrs(Attrs):
+    OP = Op.MUL
+    acc: FixedType | None = _a("fixed", None)  # exact product
+
+
+@dataclass(frozen=True)
+class DivAttrs(Attrs):
+    OP = Op.DIV
+
+
+@dataclass(frozen=True)
+class ReluAttrs(Attrs):
+    OP = Op.RELU
+
+
+@dataclass(frozen=True)
+class LeakyReluAttrs(Attrs):
+    OP = Op.LEAKY_RELU
+    alpha: float = _a("float")                 # float slope (fixed point: the alpha input)
+    acc: FixedType | None = _a("fixed", None)  # exact product
+
+
+@dataclass(frozen=True)
+class LutAttrs(Attrs):
+    OP = Op.LUT
+    func: str = _a("str")                      # a LUT_FUNCS name
+    alpha: float | None = _a("float", None)    # selu's parameters (None: ONNX defaults)
+    gamma: float | None = _a("float", None)
+    lo: int | None = _a("int", None)           # table indexing (build_tables), see
+    shift: int | None = _a("int", None)        # reference.table_index
+    size: int | None = _a("int", None)
+
+    @property
+    def selu_alpha(self) -> float:
+        return SELU_ALPHA if self.alpha is None else self.alpha
+
+    @property
+    def selu_gamma(self) -> float:
+        return SELU_GAMMA if self.gamma is None else self.gamma
+
+
+@dataclass(frozen=True)
+class SoftmaxAttrs(Attrs):
+    OP = Op.SOFTMAX
+    exp_type: FixedType | None = _a("fixed", None)    # the two tables (build_tables)
+    exp_lo: int | None = _a("int", None)
+    exp_shift: int | None = _a("int", None)
+    recip_type: FixedType | None = _a("fixed", None)
+    recip_lo: int | None = _a("int", None)
+    recip_shift: int | None = _a("int", None)
+
+
+@dataclass(frozen=True)
+class ThresholdAttrs(Attrs):
+    OP = Op.THRESHOLD
+    source_ops: tuple[str, ...] = _a("strs", ())    # the float chain it replaces
+
+
+@dataclass(frozen=True)
+class RequantAttrs(Attrs):
+    OP = Op.REQUANT
+    quant_type: NumType = _a("type")           # the model quantizer's type
+
+
+@dataclass(frozen=True)
+class BipolarAttrs(Attrs):
+    OP = Op.BIPOLAR
+    scale: float = _a("float", 1.0)            # float output: +-scale
+
+
+@dataclass(frozen=True)
+class BatchNormAttrs(Attrs):
+    OP = Op.BATCHNORM
+    epsilon: float = _a("float")
+
+
+@dataclass(frozen=True)
+class ReshapeAttrs(Attrs):
+    OP = Op.RESHAPE
+    shape: tuple[int, ...] = _a("ints")        # per-sample output shape
+
+
+@dataclass(frozen=True)
+class TransposeAttrs(Attrs):
+    OP = Op.TRANSPOSE
+    perm: tuple[int, ...] = _a("ints")         # per-sample axes
+
+
+@dataclass(frozen=True)
+class ConcatAttrs(Attrs):
+    OP = Op.CONCAT
+    axis: int = _a("int")                      # per-sample axis
+
+
+@dataclass(frozen=True)
+class GatherAttrs(Attrs):
+    OP = Op.GATHER
+    axis: int = _a("int")                      # per-sample axis
+    indices: int | tuple[Any, ...] = _a("index")  # non-negative, nested as indices_shape
+    indices_shape: tuple[int, ...] = _a("ints")
+
+    def index_array(self) -> np.ndarray:
+        return np.asarray(self.indices, dtype=np.int64).reshape(self.indices_shape)
+
+
+# -- inputs --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpSpec:
+    """What a node of one op holds. `counts`: the allowed numbers of inputs (None: one or
+    more). `consts`: "rest" — every input after the first is a constant; "any" — the second
+    input may be either; "none" — every input is an activation. The first input is always an
+    activation."""
+
+    attrs: type[Attrs]
+    signature: str
+    counts: frozenset[int] | None
+    consts: str = "rest"
+
+
+def _n(*k: int) -> frozenset[int]:
+    return frozenset(k)
+
+
+SPECS: dict[Op, OpSpec] = {
+    Op.DENSE: OpSpec(DenseAttrs, "x, W[, b]", _n(2, 3)),
+    Op.ADD: OpSpec(AddAttrs, "a, b", _n(2), "any"),
+    Op.SUB: OpSpec(SubAttrs, "a, b", _n(2), "any"),
+    Op.MUL: OpSpec(MulAttrs, "a, b", _n(2), "any"),
+    Op.DIV: OpSpec(DivAttrs, "a, b", _n(2), "any"),
+    Op.RELU: OpSpec(ReluAttrs, "x", _n(1)),
+    Op.LEAKY_RELU: OpSpec(LeakyReluAttrs, "x[, alpha]", _n(1, 2)),
+    Op.LUT: OpSpec(LutAttrs, "x[, table]", _n(1, 2)),
+    Op.SOFTMAX: OpSpec(SoftmaxAttrs, "x[, exp_table, recip_table]", _n(1, 3)),
+    Op.THRESHOLD: OpSpec(ThresholdAttrs, "x, thresholds, steps, base", _n(4)),
+    Op.REQUANT: OpSpec(RequantAttrs, "x", _n(1)),
+    Op.BIPOLAR: OpSpec(BipolarAttrs, "x", _n(1)),
+    Op.BATCHNORM: OpSpec(BatchNormAttrs, "x, scale, bias, mean, var", _n(5)),
+    Op.RESHAPE: OpSpec(ReshapeAttrs, "x", _n(1)),
+    Op.TRANSPOSE: OpSpec(TransposeAttrs, "x", _n(1)),
+    Op.CONCAT: OpSpec(ConcatAttrs, "x1, x2, ...", None, "none"),
+    Op.GATHER: OpSpec(GatherAttrs, "x", _n(1)),
+}
+
+
+# -- parsing -------------------------------------------------------------------------------
+def _is_int(v: Any) -> bool:
+    return isinstance(v, Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _index(v: Any) -> bool:
+    return _is_int(v) or (isinstance(v, tuple) and all(_index(x) for x in v))
+
+
+@lru_cache(maxsize=1024)
+def _type_text(text: str) -> NumType:
+    return parse_type(text)
+
+
+def _parse_value(kind: str, v: Any) -> Any:
+    """The typed value of a stored attribute; ValueError names what was expected."""
+    if kind == "bool" and isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if kind == "int" and _is_int(v):
+        return int(v)
+    if kind == "float" and isinstance(v, Real) and not isinstance(v, (bool, np.bool_)):
+        return float(v)
+    if kind == "str" and isinstance(v, str):
+        return v
+    if kind in ("fixed", "type") and isinstance(v, str):
+        t = _type_text(v)  # TypeError_ (a ValueError) names the text
+        if kind == "fixed" and not isinstance(t, FixedType):
+            raise ValueError(f"{v!r} is not a fixed-point type")
+        return t
+    if kind == "ints" and isinstance(v, tuple) and all(_is_int(x) for x in v):
+        return tuple(int(x) for x in v)
+    if kind == "strs" and isinstance(v, tuple) and all(isinstance(x, str) for x in v):
+        return v
+    if kind == "index" and _index(v):
+        return v
+    expected = {"fixed": "the text of a fixed-point type", "type": "the text of a number type",
+                "ints": "a tuple of ints", "strs": "a tuple of strings",
+                "index": "an int or nested tuples of ints"}.get(kind, f"a {kind}")
+    raise ValueError(f"{v!r} is not {expected}")
+
+
+# per op: its schema, the kind of each field, the required fields
+_SCHEMAS = {op: (s.attrs, {f.name: f.metadata["kind"] for f in dataclasses.fields(s.attrs)},
+                 tuple(f.name for f in dataclasses.fields(s.attrs) if f.default is MISSING))
+            for op, s in SPECS.items()}
+
+
+def parse_attrs(op: str, stored: tuple[tuple[str, Any], ...], node_name: str = "?") -> Attrs:
+    """Stored (key, value) pairs of an op -> its typed attributes. GraphError on an unknown
+    op, an unknown or missing key, or a value of the wrong kind."""
+    schema = _SCHEMAS.get(op)  # type: ignore[call-overload]
+    if schema is None:
+        raise GraphError(f"node {node_name}: {op_error(op)}")
+    cls, kinds, required = schema
+    values: dict[str, Any] = {}
+    for key, v in stored:
+        kind = kinds.get(key)
+        if kind is None:
+            raise GraphError(f"node {node_name} ({op}): unknown attribute {key!r}; {op} has: "
+                             f"{', '.join(kinds) or 'none'}")
+        try:
+            values[key] = _parse_value(kind, v)
+        except ValueError as e:
+            raise GraphError(f"node {node_name} ({op}): attribute {key!r}: {e}") from None
+    for key in required:
+        if key not in values:
+            raise GraphError(f"node {node_name} ({op}): missing attribute {key!r}")
+    return cls(**values)
+
+
+@lru_cache(maxsize=4096)
+def _cached(op: str, stored: tuple[tuple[str, Any], ...], node_name: str,
+            kinds: tuple[type, ...]) -> Attrs:
+    return parse_attrs(op, stored, node_name)
+
+
+def attrs(node: Node) -> Attrs:
+    """The node's typed attributes (DenseAttrs, LutAttrs, …), parsed once per distinct node.
+
+    The cache key holds the value types, as equal values of other types must not share an
+    entry (relu=1 is not relu=True); tuples (whose items' types the key does not see) and
+    unhashable values are parsed every time."""
+    kinds = tuple(type(v) for _, v in node.attrs)
+    if tuple not in kinds:
+        try:
+            return _cached(node.op, node.attrs, node.name, kinds)
+        except TypeError:  # unhashable
+            pass
+    return parse_attrs(node.op, node.attrs, node.name)

