@@ -97,121 +97,154 @@ def one_sample(model: onnx.ModelProto, activations: Sequence[str]) -> onnx.Model
     """A copy of `model` in which every activation (and every tensor computed from one)
     carries a leading batch axis of size 1; see the module docstring. Raises GraphError
     for a node it cannot rewrite exactly."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    inferred = onnx.shape_inference.infer_shapes(model)
-    shapes: dict[str, tuple[int, ...] | None] = {}
-    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(
-            inferred.graph.output):
-        _, shp = _declared(vi)
-        shapes[vi.name] = (tuple(shp) if shp is not None and all(isinstance(d, int) for d in shp)
-                           else None)
-    consts = {i.name: numpy_helper.to_array(i) for i in g.initializer}
-    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), 13)
-    batched = set(activations)
+    return _OneSample(model, activations).rewrite()
 
+
+class _OneSample:
+    """The rewrite of one_sample: one method per kind of node, chosen by REWRITES."""
+
+    def __init__(self, model: onnx.ModelProto, activations: Sequence[str]) -> None:
+        self.m = onnx.ModelProto()
+        self.m.CopyFrom(model)
+        self.g = self.m.graph
+        inferred = onnx.shape_inference.infer_shapes(model)
+        self.shapes: dict[str, tuple[int, ...] | None] = {}
+        for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(
+                inferred.graph.output):
+            _, shp = _declared(vi)
+            self.shapes[vi.name] = (tuple(shp) if shp is not None
+                                    and all(isinstance(d, int) for d in shp) else None)
+        self.consts = {i.name: numpy_helper.to_array(i) for i in self.g.initializer}
+        self.opset = next((o.version for o in self.m.opset_import
+                           if o.domain in ("", "ai.onnx")), 13)
+        self.batched = set(activations)
+
+    # -- helpers ------------------------------------------------------------------------
+    @staticmethod
     def fail(node: onnx.NodeProto, why: str) -> GraphError:
         return GraphError(f"cannot present the test tensors as one sample: node "
                           f"{node.name or '?'} ({node.op_type}) {why}")
 
-    def rank(node: onnx.NodeProto, name: str) -> int:
-        shp = shapes.get(name)
+    def rank(self, node: onnx.NodeProto, name: str) -> int:
+        shp = self.shapes.get(name)
         if shp is None:
-            raise fail(node, f"input {name!r} has no static shape")
+            raise self.fail(node, f"input {name!r} has no static shape")
         return len(shp)
 
-    def new_const(base: str, value: np.ndarray) -> str:
+    def new_const(self, base: str, value: np.ndarray) -> str:
         name = f"{base}__one_sample"
-        g.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+        self.g.initializer.append(numpy_helper.from_array(np.asarray(value), name))
         return name
 
+    @staticmethod
     def set_attr(node: onnx.NodeProto, name: str, value: Any) -> None:
         keep = [a for a in node.attribute if a.name != name]
         del node.attribute[:]
         node.attribute.extend(keep)
         node.attribute.append(helper.make_attribute(name, value))
 
-    nodes = []
-    for node in g.node:
+    # -- one method per kind of node: (node, inputs, attrs) -> the rewritten node --------
+    def unary(self, node: onnx.NodeProto, ins: list[str], attrs: dict) -> onnx.NodeProto:
+        return node
+
+    def binary(self, node: onnx.NodeProto, ins: list[str], attrs: dict) -> onnx.NodeProto:
+        r = max(self.rank(node, i) for i in ins if i in self.batched)
+        for i in ins:
+            if i not in self.batched and (i not in self.consts or self.consts[i].ndim > r):
+                raise self.fail(node, f"operand {i!r} is not a constant of rank <= {r}")
+        return node
+
+    def softmax(self, node: onnx.NodeProto, ins: list[str], attrs: dict) -> onnx.NodeProto:
+        axis = attrs.get("axis", 1 if self.opset < 13 else -1)
+        self.set_attr(node, "axis", _shift([axis])[0])
+        return node
+
+    def concat_gather(self, node: onnx.NodeProto, ins: list[str], attrs: dict) -> onnx.NodeProto:
+        if node.op_type == "Concat" and not all(i in self.batched for i in ins):
+            raise self.fail(node, "concatenates a constant with activations")
+        if node.op_type == "Gather" and ins[1] in self.batched:
+            raise self.fail(node, "gathers with activation indices")
+        self.set_attr(node, "axis", _shift([attrs.get("axis", 0)])[0])
+        return node
+
+    def transpose(self, node: onnx.NodeProto, ins: list[str], attrs: dict) -> onnx.NodeProto:
+        perm = attrs.get("perm", list(range(self.rank(node, ins[0])))[::-1])
+        self.set_attr(node, "perm", [0] + [int(p) + 1 for p in perm])
+        return node
+
+    def flatten(self, node: onnx.NodeProto, ins: list[str], attrs: dict) -> onnx.NodeProto:
+        x = ins[0]
+        shp = self.shapes.get(x)
+        if shp is None:
+            raise self.fail(node, f"input {x!r} has no static shape")
+        ax = attrs.get("axis", 1)
+        ax = ax + len(shp) if ax < 0 else ax
+        target = [1, int(np.prod(shp[:ax], dtype=np.int64)),
+                  int(np.prod(shp[ax:], dtype=np.int64))]
+        shape = self.new_const(node.output[0] + "_shape", np.array(target, np.int64))
+        return helper.make_node("Reshape", [x, shape], list(node.output), name=node.name)
+
+    def reshape(self, node: onnx.NodeProto, ins: list[str], attrs: dict) -> onnx.NodeProto:
+        if len(ins) < 2 or ins[1] not in self.consts:
+            raise self.fail(node, "has a target shape that is not a constant")
+        t = np.concatenate([[1], self.consts[ins[1]].reshape(-1)]).astype(np.int64)
+        node.input[1] = self.new_const(ins[1], t)
+        return node
+
+    def squeeze(self, node: onnx.NodeProto, ins: list[str], attrs: dict) -> onnx.NodeProto:
+        if "axes" in attrs:
+            self.set_attr(node, "axes", _shift(attrs["axes"]))
+        elif len(ins) > 1:
+            if ins[1] not in self.consts:
+                raise self.fail(node, "has axes that are not a constant")
+            node.input[1] = self.new_const(
+                ins[1], np.array(_shift(self.consts[ins[1]].reshape(-1)), np.int64))
+        elif node.op_type == "Unsqueeze":
+            raise self.fail(node, "has no axes")
+        # Squeeze without axes: the importer keeps the batch axis (it squeezes only
+        # per-sample dimensions of size 1)
+        return node
+
+    def rewrite_node(self, node: onnx.NodeProto) -> onnx.NodeProto:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         ins = [i for i in node.input if i]
-        if not any(i in batched for i in ins):
-            nodes.append(node)
-            continue
+        if not any(i in self.batched for i in ins):
+            return node
         op = node.op_type
         if node.domain not in ("", "ai.onnx"):
-            raise fail(node, "is not a standard op")
-        if ins[0] not in batched and op not in _BINARY:
-            raise fail(node, f"takes activation(s) {[i for i in ins if i in batched]} as "
-                       "operand(s) other than the first")
-        x = ins[0]
-        if op in _UNARY:
-            pass
-        elif op in _BINARY:
-            r = max(rank(node, i) for i in ins if i in batched)
-            for i in ins:
-                if i not in batched and (i not in consts or consts[i].ndim > r):
-                    raise fail(node, f"operand {i!r} is not a constant of rank <= {r}")
-        elif op in ("Softmax", "LogSoftmax"):
-            axis = attrs.get("axis", 1 if opset < 13 else -1)
-            set_attr(node, "axis", _shift([axis])[0])
-        elif op in ("Concat", "Gather"):
-            if op == "Concat" and not all(i in batched for i in ins):
-                raise fail(node, "concatenates a constant with activations")
-            if op == "Gather" and ins[1] in batched:
-                raise fail(node, "gathers with activation indices")
-            set_attr(node, "axis", _shift([attrs.get("axis", 0)])[0])
-        elif op == "Transpose":
-            perm = attrs.get("perm", list(range(rank(node, x)))[::-1])
-            set_attr(node, "perm", [0] + [int(p) + 1 for p in perm])
-        elif op == "Flatten":
-            shp = shapes.get(x)
-            if shp is None:
-                raise fail(node, f"input {x!r} has no static shape")
-            ax = attrs.get("axis", 1)
-            ax = ax + len(shp) if ax < 0 else ax
-            target = [1, int(np.prod(shp[:ax], dtype=np.int64)),
-                      int(np.prod(shp[ax:], dtype=np.int64))]
-            new = helper.make_node("Reshape", [x, new_const(node.output[0] + "_shape",
-                                                            np.array(target, np.int64))],
-                                   list(node.output), name=node.name)
-            node = new
-        elif op == "Reshape":
-            if len(ins) < 2 or ins[1] not in consts:
-                raise fail(node, "has a target shape that is not a constant")
-            t = np.concatenate([[1], consts[ins[1]].reshape(-1)]).astype(np.int64)
-            node.input[1] = new_const(ins[1], t)
-        elif op in ("Squeeze", "Unsqueeze"):
-            if "axes" in attrs:
-                set_attr(node, "axes", _shift(attrs["axes"]))
-            elif len(ins) > 1:
-                if ins[1] not in consts:
-                    raise fail(node, "has axes that are not a constant")
-                node.input[1] = new_const(ins[1], np.array(_shift(consts[ins[1]].reshape(-1)),
-                                                           np.int64))
-            elif op == "Unsqueeze":
-                raise fail(node, "has no axes")
-            # Squeeze without axes: the importer keeps the batch axis (it squeezes only
-            # per-sample dimensions of size 1)
-        else:
-            raise fail(node, "has no exact one-sample rewrite")
-        batched.update(node.output)
-        nodes.append(node)
-    del g.node[:]
-    g.node.extend(nodes)
-    for vi in list(g.input) + list(g.output):
-        if vi.name not in batched or not vi.type.tensor_type.HasField("shape"):
-            continue
-        dims = list(vi.type.tensor_type.shape.dim)
-        del vi.type.tensor_type.shape.dim[:]
-        vi.type.tensor_type.shape.dim.add().dim_value = 1
-        vi.type.tensor_type.shape.dim.extend(dims)
-    missing = [o.name for o in g.output if o.name not in batched]
-    if missing:
-        raise GraphError(f"cannot present the test tensors as one sample: output(s) {missing} "
-                         "do not depend on an activation")
-    return m
+            raise self.fail(node, "is not a standard op")
+        if ins[0] not in self.batched and op not in _BINARY:
+            raise self.fail(node, f"takes activation(s) {[i for i in ins if i in self.batched]} "
+                            "as operand(s) other than the first")
+        kind = ("unary" if op in _UNARY else "binary" if op in _BINARY else REWRITES.get(op))
+        if kind is None:
+            raise self.fail(node, "has no exact one-sample rewrite")
+        node = getattr(self, kind)(node, ins, attrs)
+        self.batched.update(node.output)
+        return node
+
+    def rewrite(self) -> onnx.ModelProto:
+        g = self.g
+        nodes = [self.rewrite_node(node) for node in g.node]
+        del g.node[:]
+        g.node.extend(nodes)
+        for vi in list(g.input) + list(g.output):
+            if vi.name not in self.batched or not vi.type.tensor_type.HasField("shape"):
+                continue
+            dims = list(vi.type.tensor_type.shape.dim)
+            del vi.type.tensor_type.shape.dim[:]
+            vi.type.tensor_type.shape.dim.add().dim_value = 1
+            vi.type.tensor_type.shape.dim.extend(dims)
+        missing = [o.name for o in g.output if o.name not in self.batched]
+        if missing:
+            raise GraphError(f"cannot present the test tensors as one sample: output(s) "
+                             f"{missing} do not depend on an activation")
+        return self.m
+
+
+REWRITES = {"Softmax": "softmax", "LogSoftmax": "softmax", "Concat": "concat_gather",
+            "Gather": "concat_gather", "Transpose": "transpose", "Flatten": "flatten",
+            "Reshape": "reshape", "Squeeze": "squeeze", "Unsqueeze": "squeeze"}
 
 
 class GoldenRep(BackendRep):
