@@ -14,25 +14,18 @@ from typing import Any
 
 import numpy as np
 
+from .payload import pack_words, unpack_words
+
 
 def pack(codes: np.ndarray, width: int) -> int:
-    """Element 0 in the least significant bits, two's complement codes."""
-    mask = (1 << width) - 1
-    v = 0
-    for k, c in enumerate(np.asarray(codes, dtype=np.int64).reshape(-1)):
-        v |= (int(c) & mask) << (k * width)
-    return v
+    """One vector of codes -> one payload (hdl/payload.py: element 0 in the least
+    significant bits, two's complement codes)."""
+    return pack_words(np.asarray(codes, dtype=np.int64).reshape(1, -1), width)[0]
 
 
 def unpack(value: int, width: int, n: int, signed: bool) -> np.ndarray:
-    mask = (1 << width) - 1
-    out = []
-    for k in range(n):
-        c = (int(value) >> (k * width)) & mask
-        if signed and c >> (width - 1):
-            c -= 1 << width
-        out.append(c)
-    return np.asarray(out, dtype=np.int64)
+    """One payload -> its n codes (hdl/payload.py)."""
+    return unpack_words([value], width, n, signed)[0]
 
 
 @dataclass
@@ -52,7 +45,7 @@ def simulate(top: Any, info: dict[str, Any], codes: np.ndarray, gap: float = 0.0
 
     codes = np.asarray(codes, dtype=np.int64).reshape(len(codes), -1)
     ii, oi = info["input"], info["output"]
-    words = [pack(c, ii["element_width"]) for c in codes]
+    words = pack_words(codes, ii["element_width"])
     rng = random.Random(seed)
     budget = max_cycles or (info["latency"] + 8 + len(words) * info["ii"]) * 4 + 200
     res = SimResult(np.zeros((0, oi["elements"]), dtype=np.int64), [], [], 0)

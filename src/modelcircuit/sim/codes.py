@@ -1,4 +1,6 @@
-"""Packing fixed-point codes into stream payloads and back (pure Python + numpy).
+"""Stream payloads for the cocotb bench: the packing itself and `Port` live in hdl/payload.py
+(the circuit's payload format, defined once) and are re-exported here; this module adds the
+first-mismatch report.
 
 Payload convention (hdl/top.py): element k (C order) occupies bits [k*W, (k+1)*W), element 0
 in the least significant bits; signed types are two's complement, unsigned plain binary.
@@ -6,84 +8,11 @@ in the least significant bits; signed types are two's complement, unsigned plain
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from ..hdl.payload import Port, element, first_difference, pack, unpack
 
-
-@dataclass(frozen=True)
-class Port:
-    """One stream port's packing: `elements` codes of `width` bits each."""
-
-    elements: int
-    width: int
-    signed: bool
-    frac: int
-    shape: tuple[int, ...]
-
-    @classmethod
-    def from_info(cls, d: dict[str, Any]) -> Port:
-        return cls(int(d["elements"]), int(d["element_width"]), bool(d["signed"]),
-                   int(d["frac_bits"]), tuple(int(s) for s in d.get("shape", [d["elements"]])))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"elements": self.elements, "element_width": self.width, "signed": self.signed,
-                "frac_bits": self.frac, "shape": list(self.shape)}
-
-    @property
-    def lo(self) -> int:
-        return -(1 << (self.width - 1)) if self.signed else 0
-
-    @property
-    def hi(self) -> int:
-        return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
-
-    def value(self, code: int) -> float:
-        return float(code) * 2.0 ** -self.frac
-
-
-def pack(codes: np.ndarray, port: Port) -> list[int]:
-    """(N, elements) integer codes -> N payload integers (unsigned, port.width*elements bits)."""
-    c = np.asarray(codes).reshape(len(codes), -1)
-    if c.shape[1] != port.elements:
-        raise ValueError(f"{c.shape[1]} codes per vector, the port packs {port.elements}")
-    if c.size and (int(c.min()) < port.lo or int(c.max()) > port.hi):
-        raise ValueError(f"codes outside [{port.lo}, {port.hi}] for {port.width}-bit "
-                         f"{'signed' if port.signed else 'unsigned'} elements")
-    mask = (1 << port.width) - 1
-    out = []
-    for row in c.tolist():
-        v = 0
-        for k in range(len(row) - 1, -1, -1):
-            v = (v << port.width) | (int(row[k]) & mask)
-        out.append(v)
-    return out
-
-
-def element(payload: int, k: int, port: Port) -> int:
-    """Code of element k of one payload."""
-    v = (int(payload) >> (k * port.width)) & ((1 << port.width) - 1)
-    if port.signed and v >> (port.width - 1):
-        v -= 1 << port.width
-    return v
-
-
-def unpack(payloads: list[int], port: Port) -> np.ndarray:
-    """N payload integers -> (N, elements) int64 codes."""
-    out = np.zeros((len(payloads), port.elements), dtype=np.int64)
-    for i, p in enumerate(payloads):
-        out[i] = [element(p, k, port) for k in range(port.elements)]
-    return out
-
-
-def first_difference(expected: int, actual: int, port: Port) -> int | None:
-    """Index of the first element (lowest k) where two payloads differ, None if equal."""
-    diff = int(expected) ^ int(actual)
-    if diff == 0:
-        return None
-    low = (diff & -diff).bit_length() - 1
-    return low // port.width
+__all__ = ["Port", "element", "first_difference", "mismatch_report", "pack", "unpack"]
 
 
 def mismatch_report(index: int, expected: int, actual: int | None, port: Port) -> dict[str, Any]:
