@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import jinja2
-
 from .graphs.cost import ledger, totals
 from .graphs.ir import Graph
 from .graphs.ops import attrs
 from .graphs.profiles import get_profile
+from .graphs.templating import environment
 
 COLUMNS = ["node", "op", "in_shape", "out_shape", "out_type", "flops", "bytes", "multipliers",
            "reuse", "cycles", "predicted_us"]
@@ -85,6 +84,4 @@ def render_text(r: dict[str, Any]) -> str:
 
 
 def render_html(r: dict[str, Any]) -> str:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("modelcircuit", "templates"),
-                             undefined=jinja2.StrictUndefined, autoescape=True)
-    return env.get_template("report/inspect.html.j2").render(r=r)
+    return environment("report", html=True).get_template("inspect.html.j2").render(r=r)

@@ -6,11 +6,11 @@ and the weights blob. `lower(compiled)` is the job (cached per compiled graph);
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import numpy as np
 
+from ..graphs import templating
 from ..graphs.ir import Graph, Node
 from ..graphs.passes.memory_plan import memory_plan
 from ..graphs.passes.streams import assign_streams
@@ -19,18 +19,8 @@ from .kernel import BLOCK, Kernel, Param, Program
 from .lowering import lowering_for
 
 
-@cache
-def env() -> Any:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("modelcircuit", "templates/cuda"),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True, autoescape=False)
-
-
 def render(template: str, **ctx: Any) -> str:
-    return env().get_template(template).render(**ctx)
+    return templating.render("cuda", template, **ctx)
 
 
 def kernel_name(i: int, node: Node) -> str:

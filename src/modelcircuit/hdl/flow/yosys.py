@@ -13,28 +13,18 @@ from __future__ import annotations
 
 import os
 import shutil
-from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ...graphs import templating
 from .devices import dsp_blocks, soft_max_width
 from .reports import parse_muls, parse_stat
 from .tools import DoesNotFit, Runner
 
 
-@cache
-def _env() -> Any:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("modelcircuit", "templates/yosys"),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True, autoescape=False)
-
-
 def render(template: str, **ctx: Any) -> str:
     """A yosys script from templates/yosys (StrictUndefined: a missing value is an error)."""
-    return _env().get_template(template).render(**ctx)
+    return templating.render("yosys", template, **ctx)
 
 
 def write_design(component: Any, path: Path, name: str = "top") -> Path:
