@@ -27,7 +27,7 @@ from .passes.memory_plan import memory_plan
 from .passes.precision import assign_types, check_per_layer
 from .passes.schedule import schedule
 from .passes.streams import assign_streams
-from .passes.tables import DEFAULT_TABLE_BITS, build_tables
+from .passes.tables import DEFAULT_TABLE_BITS, build_tables, check_table_bits
 from .passes.thresholds import float_chains_to_thresholds
 from .types import FLOAT32, FixedType, NumType, Rounding, parse_type
 
@@ -121,8 +121,7 @@ def compile_graph(graph: Graph, precision: str | NumType | None = None,
         from .profiles import get_profile
 
         get_profile(profile)
-    if not 4 <= int(table_bits) <= 16:
-        raise GraphError(f"table_bits must be within 4..16, got {table_bits}")
+    table_bits = check_table_bits(int(table_bits))
     check_per_layer(graph, per_layer)
     ranges = None
     if calibrate is not None:

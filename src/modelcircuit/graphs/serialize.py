@@ -68,10 +68,6 @@ def load_artifact_graph(path: str | Path) -> tuple[Graph, dict[str, Any]]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise GraphError(f"{p} is not a readable modelcircuit artifact: {msg}") from None
-    missing = [n for node in g.nodes for n in node.inputs if n and n not in g.tensors]
-    if missing:
-        raise GraphError(f"{p} is not a readable modelcircuit artifact: tensor {missing[0]!r} "
-                         "is used but not declared")
     try:
         verify_graph(g)  # what the backends read (ops.attrs) is well formed
     except GraphError as e:

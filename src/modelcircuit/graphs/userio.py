@@ -20,7 +20,6 @@ from .ir import GraphError
 MAX_ARRAY_BYTES = 1 << 30          # --inputs / --calibrate files
 MAX_PRECISION_FILE_BYTES = 1 << 20  # per-layer precision JSON
 MAX_JSON_DEPTH = 4                  # {node: {part: type}} is depth 2
-PER_LAYER_PARTS = ("result", "weight", "bias")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -158,29 +157,10 @@ def parse_precision(text: str | None) -> tuple[str | None, dict[str, Any] | None
     if default is not None and not isinstance(default, str):
         raise GraphError(f"--precision file {shown(text)}: 'default' must be a type string like "
                          f"fixed<16,6>, got {json.dumps(default)[:60]}")
-    for node, v in m.items():
-        where = f"--precision file {shown(text)}, entry {node!r}"
-        if isinstance(v, str):
-            continue
-        if not isinstance(v, dict):
-            raise GraphError(f"{where}: expected a type string or an object with "
-                             f"{'/'.join(PER_LAYER_PARTS)}, got {json.dumps(v)[:60]}")
-        bad = [k for k in v if k not in PER_LAYER_PARTS]
-        if bad:
-            raise GraphError(f"{where}: unknown key {bad[0]!r}; known: {', '.join(PER_LAYER_PARTS)}")
-        for k, t in v.items():
-            if not isinstance(t, str):
-                raise GraphError(f"{where}, {k!r}: expected a type string, got "
-                                 f"{json.dumps(t)[:60]}")
-    from .types import parse_type
+    from .passes.precision import check_per_layer_entry
 
-    for node, v in m.items():  # every type string parses (names the entry on failure)
-        for k, t in (v.items() if isinstance(v, dict) else [("result", v)]):
-            try:
-                parse_type(t)
-            except ValueError as e:
-                raise GraphError(f"--precision file {shown(text)}, entry {node!r} ({k}): "
-                                 f"{e}") from None
+    for node, v in m.items():
+        check_per_layer_entry(node, v, f"--precision file {shown(text)}")
     return default, m
 
 

@@ -79,15 +79,32 @@ def check_per_layer(g: Graph, per_layer: Mapping[str, object] | None) -> None:
             raise GraphError(f"per-layer precision names {key!r}, which is not a node or input of "
                              f"{g.name}; known: {', '.join((near or known)[:12])}"
                              + (" …" if len(near or known) > 12 else ""))
-        parts = v.items() if isinstance(v, dict) else [("result", v)]
-        for part, t in parts:
-            if part not in ("result", "weight", "bias"):
-                raise GraphError(f"per-layer precision for {key!r}: unknown key {part!r}; known: "
-                                 "result, weight, bias")
-            try:
-                parse_type(str(t))
-            except ValueError as e:
-                raise GraphError(f"per-layer precision for {key!r} ({part}): {e}") from None
+        check_per_layer_entry(key, v, "per-layer precision")
+
+
+PER_LAYER_PARTS = ("result", "weight", "bias")
+
+
+def check_per_layer_entry(key: str, v: object, where: str) -> None:
+    """One entry of a per-layer precision map: a type, or {result|weight|bias: type}, each
+    type a string (or a NumType, from Python) that parses. `where` names the source."""
+    at = f"{where}, entry {key!r}"
+    if isinstance(v, dict):
+        parts = list(v.items())
+    elif isinstance(v, str | NumType):
+        parts = [("result", v)]
+    else:
+        raise GraphError(f"{at}: expected a type string or an object with "
+                         f"{'/'.join(PER_LAYER_PARTS)}, got {repr(v)[:60]}")
+    for part, t in parts:
+        if part not in PER_LAYER_PARTS:
+            raise GraphError(f"{at}: unknown key {part!r}; known: {', '.join(PER_LAYER_PARTS)}")
+        if not isinstance(t, str | NumType):
+            raise GraphError(f"{at} ({part}): expected a type string, got {repr(t)[:60]}")
+        try:
+            parse_type(str(t))
+        except ValueError as e:
+            raise GraphError(f"{at} ({part}): {e}") from None
 
 
 def assign_types(g: Graph, precision: NumType | None = None,
