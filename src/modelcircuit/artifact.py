@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .graphs.atomic import atomic_dir, check_out_dir, written_files
+from .graphs.atomic import atomic_dir, written_files
 from .graphs.cost import ledger, totals
 from .graphs.identity import graph_id
 from .graphs.ir import Graph, GraphError
@@ -57,18 +57,6 @@ def manifest(compiled: CompiledGraph, target: str, extra: dict[str, Any] | None 
         "streams": compiled.extra["streams"]["streams"],
         **(extra or {}),
     }
-
-
-def check_out_path(out: Path | str) -> Path:
-    """A bad --out fails before any work (see graphs.atomic.check_out_dir)."""
-    return check_out_dir(out, "--out")
-
-
-def write_atomic(out: Path | str, fill: Callable[[Path], None]) -> Path:
-    """Build the artifact in a temp dir beside `out`, then swap it in. A failure leaves
-    nothing behind (and an earlier artifact at `out` untouched)."""
-    atomic_dir(Path(out), fill)
-    return Path(out)
 
 
 def file_hashes(folder: Path) -> dict[str, str]:
@@ -156,4 +144,5 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
         from .hdl.flow import fpga_profile, plan_build
 
         plan_build(compiled, fpga_profile(compiled.profile), reuse, **(hdl_options or {}))
-    return write_atomic(out, fill)
+    atomic_dir(Path(out), fill)  # temp dir beside out, swapped in whole; nothing on failure
+    return Path(out)

@@ -97,10 +97,10 @@ def _int_in(lo: int, hi: int) -> Any:
 
 
 def cmd_compile(a: argparse.Namespace) -> int:
-    from .artifact import check_out_path, write_compiled
+    from .artifact import write_compiled
 
     out = a.out if a.out is not None else f"out/{Path(a.model or DEFAULT_MODEL).stem}-{a.target}"
-    check_out_path(out)  # before any work: a bad --out fails fast
+    check_out_dir(out)  # before any work: a bad --out fails fast
     out = Path(out)
     compiled = compile_from_args(a)
     write_compiled(compiled, out, a.target, reuse=parse_reuse(a.reuse),

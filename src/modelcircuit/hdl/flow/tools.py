@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -155,17 +155,6 @@ def warm_tool(tool: str, progress: Progress = None) -> bool:
             progress(f"[warm] {exe}: compiled for this machine in {time.monotonic() - t0:.0f}s "
                      f"(once; cached under {cache})")
         return compiled
-
-
-def warm_tools(tools: Iterable[str] = TOOLS, progress: Progress = None) -> None:
-    """warm_tool for each installed tool of `tools` (all by default): call it before anything
-    runs the tools outside Runner.run (an Amaranth platform's own build script)."""
-    for tool in tools:
-        try:
-            tool_path(tool)
-        except FlowError:  # not installed: whatever needs it reports that
-            continue
-        warm_tool(tool, progress)
 
 
 def _killed_by(rc: int) -> str:
