@@ -111,6 +111,29 @@ def assert_float32_close(got: np.ndarray, want: np.ndarray, c, x: np.ndarray,
         f"bound {bound[worst]:.3g} (allowed: {FLOAT32_SLACK})")
 
 
+def tail_error_bound(c, x: np.ndarray) -> np.ndarray:
+    """Per output element, a bound on the float32 rounding of the host tail (affine ops with
+    constants): each op rounds once, by at most eps/2 of the magnitude it computes; the
+    magnitudes come from running the tail on |values| with |constants| (no cancellation), so
+    two float32 evaluations of the same tail differ by at most ops * eps * magnitude."""
+
+    from modelcircuit.graphs import reference
+
+    tail, g = c.tail, c.graph
+    vals = np.abs(reference.to_values(g, g.outputs[0],
+                                      reference.execute(g, [mc_encode(c, x)],
+                                                        inputs_are_codes=True)[g.outputs[0]]))
+    absg = tail.replace(constants={k: np.abs(v) for k, v in tail.constants.items()})
+    mag = reference.execute(absg, [vals.astype(np.float32)])[tail.outputs[0]].astype(np.float64)
+    return len(tail.nodes) * 2.0 ** -23 * mag
+
+
+def mc_encode(c, x: np.ndarray) -> np.ndarray:
+    from modelcircuit.graphs import host
+
+    return host.encode(c, x)
+
+
 @cache
 def gpu_available() -> bool:
     try:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .graphs import reference
+from .graphs import host, reference
 from .graphs.ir import Graph, GraphError
 from .graphs.onnx_import import load_onnx
 from .graphs.pipeline import CompiledGraph, compile_graph
@@ -32,29 +32,29 @@ def run(compiled: CompiledGraph, x: np.ndarray, backend: str = "golden", trace: 
         codes: bool = False) -> Any:
     """Run a batch (first dimension) through a backend.
 
-    Returns float values of the (first) output; `codes=True` gives integer codes for fixed
-    point; `trace=True` returns {tensor: array} for every intermediate tensor (golden only).
+    Returns float values of the (first) output, the host tail included; `codes=True` gives
+    the circuit's integer output codes for fixed point; `trace=True` returns {tensor: array}
+    for every intermediate tensor of head, circuit and tail (golden only).
     """
     if backend not in BACKENDS:
         raise GraphError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     g = compiled.graph
     x = np.asarray(x)
-    shp = g.tensor(g.inputs[0]).shape
+    shp = host.input_shape(compiled)
     if x.ndim == len(shp):
         x = x[None]
     if tuple(x.shape[1:]) != shp and int(np.prod(x.shape[1:])) != int(np.prod(shp)):
         raise GraphError(f"input of shape {list(x.shape)} does not match the model's per-sample "
                          f"shape {list(shp)}")
-    if backend != "golden":
-        if trace:
-            raise GraphError("trace=True is only available on the golden backend")
-        codes_in = reference.quantize_inputs(g, [x])[0]
-        out, _notes = run_backend(backend, compiled, codes_in)
-        out = np.asarray(out)
-        return out if codes else reference.to_values(g, g.outputs[0], out)
-    env = reference.execute(g, [x], trace=trace)
+    if trace and backend != "golden":
+        raise GraphError("trace=True is only available on the golden backend")
     if trace:
-        return env if codes else {k: reference.to_values(g, k, v) if k in g.tensors else v
-                                  for k, v in env.items()}
-    out = env[g.outputs[0]]
-    return out if codes else reference.to_values(g, g.outputs[0], out)
+        env = host.trace(compiled, x)
+        return env if codes else {k: host.values(compiled, k, v) for k, v in env.items()}
+    codes_in = host.encode(compiled, x)
+    if backend == "golden":
+        out = reference.execute(g, [codes_in], inputs_are_codes=True)[g.outputs[0]]
+    else:
+        out, _notes = run_backend(backend, compiled, codes_in)
+    out = np.asarray(out)
+    return out if codes else host.decode(compiled, out)

@@ -20,7 +20,13 @@ from .graphs.identity import graph_id
 from .graphs.ir import Graph, GraphError
 from .graphs.pipeline import CompiledGraph
 from .graphs.profiles import get_profile
-from .graphs.serialize import dumps, graph_to_json, load_artifact_graph, npz_bytes
+from .graphs.serialize import (
+    dumps,
+    graph_to_json,
+    load_artifact_graph,
+    load_host_parts,
+    npz_bytes,
+)
 from .graphs.userio import regular_file, shown
 
 TARGETS = ("golden", "gpu", "verilog", "fpga")
@@ -55,8 +61,18 @@ def manifest(compiled: CompiledGraph, target: str, extra: dict[str, Any] | None 
         "memory": {k: compiled.extra["memory_plan"][k]
                    for k in ("arena_bytes_per_sample", "naive_bytes_per_sample")},
         "streams": compiled.extra["streams"]["streams"],
+        **({"host": host_summary(compiled)} if compiled.head or compiled.tail else {}),
         **(extra or {}),
     }
+
+
+def host_summary(compiled: Any) -> dict[str, Any]:
+    """What runs on the host around the circuit (graphs/host.py), for manifests and inspect."""
+    def part(g: Graph | None) -> list[dict[str, Any]] | None:
+        return None if g is None else [{"node": n.name, "op": str(n.op)} for n in g.nodes]
+
+    return {"head": part(compiled.head), "tail": part(compiled.tail),
+            "circuit_input": compiled.graph.inputs[0], "circuit_output": compiled.graph.outputs[0]}
 
 
 def file_hashes(folder: Path) -> dict[str, str]:
@@ -102,10 +118,11 @@ def load_artifact(path: str | Path) -> tuple[Graph, dict[str, Any]]:
     except OSError as e:
         raise GraphError(f"artifact {where}: {e.strerror or e}") from None
     graph, _ = load_artifact_graph(p)
+    head, tail = load_host_parts(p)
     options = m.get("options")
     if not isinstance(options, dict) or not isinstance(m.get("graph_id"), str):
         raise GraphError(f"artifact {where}: manifest.json lacks its options or graph id")
-    if graph_id(graph, options) != m["graph_id"]:
+    if graph_id(graph, options, head, tail) != m["graph_id"]:
         raise GraphError(f"artifact {where}: graph id in manifest.json does not match the graph "
                          "and options it holds (edited manifest?)")
     return graph, m
@@ -137,6 +154,11 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
                 extra["fpga"] = run_flow(compiled, d / "hdl", d / "fpga", progress=progress)
         (d / "graph.json").write_text(dumps(graph_to_json(compiled.graph)))
         (d / "weights.npz").write_bytes(npz_bytes(dict(compiled.graph.constants)))
+        if compiled.head is not None or compiled.tail is not None:  # graphs/host.py
+            parts = {k: v for k, v in (("head", compiled.head), ("tail", compiled.tail)) if v}
+            (d / "host.json").write_text(dumps({k: graph_to_json(v) for k, v in parts.items()}))
+            (d / "host.npz").write_bytes(npz_bytes(
+                {f"{k}/{n}": a for k, v in parts.items() for n, a in v.constants.items()}))
         extra["files"] = file_hashes(d)
         (d / "manifest.json").write_text(dumps(manifest(compiled, target, extra)))
 

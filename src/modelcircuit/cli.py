@@ -112,6 +112,7 @@ def cmd_compile(a: argparse.Namespace) -> int:
 
 
 def cmd_inspect(a: argparse.Namespace) -> int:
+    from .artifact import host_summary
     from .graphs.userio import check_output_file, write_text_atomic
     from .report import inspect_rows, render_html, render_text
 
@@ -123,14 +124,16 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
         graph, manifest = load_artifact(p)
         info = {"graph_id": manifest.get("graph_id"), "profile": manifest.get("options", {}).get("profile"),
-                "hdl": manifest.get("hdl"), "gpu": manifest.get("gpu"), "memory": manifest.get("memory")}
+                "hdl": manifest.get("hdl"), "gpu": manifest.get("gpu"), "memory": manifest.get("memory"),
+                "host": manifest.get("host")}
     else:
         a.model = str(p)
         c = compile_from_args(a)
         graph = c.graph
         mem = c.extra["memory_plan"]
         info = {"graph_id": c.graph_id, "profile": c.profile, "hdl": None, "gpu": None,
-                "memory": {k: mem[k] for k in ("arena_bytes_per_sample", "naive_bytes_per_sample")}}
+                "memory": {k: mem[k] for k in ("arena_bytes_per_sample", "naive_bytes_per_sample")},
+                "host": host_summary(c) if c.head or c.tail else None}
     report = inspect_rows(graph, info)
     if a.html is not None:
         write_text_atomic(a.html, render_html(report), "--html")
@@ -186,7 +189,7 @@ def select_inputs(a: argparse.Namespace, shape: tuple[int, ...]
 
 def cmd_verify(a: argparse.Namespace) -> int:
     from .api import compile as mc_compile
-    from .graphs import reference
+    from .graphs import host, reference
     from .graphs.userio import check_output_file, write_text_atomic
     from .sim.verify import parse_backends, report_json, verify
 
@@ -198,8 +201,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
         check_simulator(a.simulator)  # before any long work
     compiled = compile_from_args(a)
-    g = compiled.graph
-    x, labels, source = select_inputs(a, tuple(g.tensor(g.inputs[0]).shape))
+    x, labels, source = select_inputs(a, host.input_shape(compiled))
     float_out = None
     if labels is not None:  # accuracy of the float model too, where it compiles
         try:

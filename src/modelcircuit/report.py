@@ -53,6 +53,8 @@ def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
         out["gpu"] = info["gpu"]
     if info.get("hdl"):
         out["hdl"] = {k: v for k, v in info["hdl"].items() if k != "layers"}
+    if info.get("host"):
+        out["host"] = info["host"]
     return out
 
 
@@ -65,6 +67,11 @@ def render_text(r: dict[str, Any]) -> str:
                                    for i, (s, w) in enumerate(zip(cells, widths, strict=True)))
     head = [f"model {r['model']}  graph id {r['graph_id']}" + (f"  profile {r['profile']}" if r["profile"] else "")]
     tail = []
+    h = r.get("host") or {}
+    for key, what in (("head", "before the circuit's input"), ("tail", "after its output")):
+        if h.get(key):
+            ops = " -> ".join(f"{n['op']}({n['node']})" for n in h[key])
+            tail.append(f"host {key} (float32, {what}): {ops}")
     if r.get("memory"):
         m = r["memory"]
         tail.append(f"GPU arena {m['arena_bytes_per_sample']} B/sample (naive sum of tensors "

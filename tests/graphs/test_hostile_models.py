@@ -262,7 +262,7 @@ case("opset-99", "newer", proto(lambda: gemm_opset(99)))
 case("opset-newer-than-onnx", "newer",
      proto(lambda: gemm_opset(onnx.defs.onnx_opset_version() + 1)))
 case("opset-missing-default-domain", "default ONNX domain", proto(lambda: gemm_opset(None)))
-case("opset-too-old", "older", proto(lambda: gemm_opset(5)))
+case("opset-too-old", "older", proto(lambda: gemm_opset(0)))
 case("opset-domain-twice", "twice", proto(lambda: add_opset(gemm(), "", 13)))
 case("ir-version-missing", "IR version", proto(lambda: set_ir(gemm(), 0)))
 case("ir-version-future", "IR version", proto(lambda: set_ir(gemm(), onnx.IR_VERSION + 5)))

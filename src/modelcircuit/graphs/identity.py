@@ -34,12 +34,20 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def graph_id(g: Graph, options: Mapping[str, Any]) -> str:
+def graph_id(g: Graph, options: Mapping[str, Any], head: Graph | None = None,
+             tail: Graph | None = None) -> str:
+    """The id of the circuit's graph and of the host parts around it (graphs/host.py)."""
     h = hashlib.sha256()
-    h.update(json.dumps({"graph": canonical(g), "options": dict(options)}, sort_keys=True,
-                        default=str).encode())
-    for name in sorted(g.constants):
-        a = np.ascontiguousarray(g.constants[name])
-        h.update(f"{name}|{a.dtype.str}|{a.shape}".encode())
-        h.update(a.tobytes())
+    doc: dict[str, Any] = {"graph": canonical(g), "options": dict(options)}
+    for key, part in (("head", head), ("tail", tail)):
+        if part is not None:
+            doc[key] = canonical(part)
+    h.update(json.dumps(doc, sort_keys=True, default=str).encode())
+    for part in (g, head, tail):
+        if part is None:
+            continue
+        for name in sorted(part.constants):
+            a = np.ascontiguousarray(part.constants[name])
+            h.update(f"{name}|{a.dtype.str}|{a.shape}".encode())
+            h.update(a.tobytes())
     return h.hexdigest()

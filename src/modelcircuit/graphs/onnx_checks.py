@@ -23,7 +23,9 @@ from .onnx_io import Unsupported, attr_type_name, dtype_name, q, show
 if TYPE_CHECKING:
     from .onnx_import import _Importer
 
-MIN_OPSET = 7  # older opsets change Add/Mul/Gemm broadcasting and Dropout/BatchNorm attributes
+MIN_OPSET = 1  # opsets < 7: legacy broadcast/axis of Add/Sub/Mul/Div (onnx_ops.legacy_*),
+#                the legacy attributes of BatchNormalization/Dropout/Gemm (ignored or checked),
+#                Reshape's shape attribute (< 5), Cast's string `to` (< 6), Concat's axis (< 4)
 
 _A = onnx.AttributeProto
 # QONNX ops have no onnx schema: (min inputs, max inputs, {attribute: type})
@@ -222,6 +224,12 @@ def _check_output_type(im: _Importer, vo: onnx.ValueInfoProto, s: str) -> None:
         kind = vo.type.WhichOneof("value")
         raise Unsupported(f"output {q(o)} has type {kind}; only float32 tensors are "
                           "supported", "dtype", kind)
+
+
+def input_batch(vi: onnx.ValueInfoProto) -> int | None:
+    """A graph input's batch (dimension 0; `input_shape` has checked it): fixed or None."""
+    d = vi.type.tensor_type.shape.dim[0]
+    return int(d.dim_value) if d.HasField("dim_value") else None
 
 
 def check_output_shape(o: str, dims: list[int | None], got: tuple[int, ...]) -> None:

@@ -41,6 +41,7 @@ from .onnx_checks import (
     check_model,
     check_node,
     check_outputs,
+    input_batch,
     input_shape,
     named_once,
 )
@@ -55,7 +56,7 @@ from .onnx_io import (
     tensor_value,
 )
 from .onnx_layout import attrs
-from .onnx_ops import HANDLERS
+from .onnx_ops import HANDLERS, swapped_consumer, swapped_output
 from .onnx_quant import bipolar, quant
 from .types import NumType
 from .userio import shown
@@ -111,6 +112,15 @@ class _Importer:
         self.uncomputed: dict[str, str] = {}  # declared outputs the import does not compute
         self.const_elements = 0
         self.qdq: dict[str, tuple[Any, ...]] = {}  # QuantizeLinear output -> its parameters
+        # the model's batch (dimension 0 of its inputs): an int when every input fixes the
+        # same one, else None (symbolic); the IR is per sample either way
+        self.batch: int | None = None
+        # an activation in a batch-moving layout: ONNX name -> (perm from the per-sample
+        # layout (batch first) to its own, the Transpose that made it); see onnx_layout
+        self.swapped: dict[str, tuple[tuple[int, ...], str]] = {}
+        # the output of an IR Reshape emitted here -> the tensor it reshapes (values in order)
+        self.reshaped: dict[str, str] = {}
+        self.weight_scales: set[float] = set()  # non-power-of-two scales of weight quantizers
 
     # -- helpers ---------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -232,18 +242,26 @@ class _Importer:
 
     def load_inputs(self, inits: dict[str, onnx.TensorProto]) -> list[str]:
         inputs: list[str] = []
+        batches: set[int | None] = set()
         for vi in named_once(self.g.input, "graph input", "listed"):
             if vi.name in inits:
                 check_input_initializer(vi, inits[vi.name])
                 continue
             per = input_shape(vi)
+            batches.add(input_batch(vi))
             self.check_shape(None, vi.name, per, "input")
             self.shapes[vi.name] = per
             self.defined[vi.name] = "a graph input"
             inputs.append(vi.name)
         if not inputs:
             raise GraphError("model has no non-constant input")
+        self.batch = batches.pop() if len(batches) == 1 else None
         return inputs
+
+    def batch_text(self) -> str:
+        """The model's batch, for messages."""
+        return f"fixed at {self.batch}" if self.batch is not None else "symbolic"
+
 
     # -- the walk --------------------------------------------------------------
     def run(self) -> Graph:
@@ -253,6 +271,8 @@ class _Importer:
         for node in self.g.node:
             self.visit(node)
         self.node = None
+        for o in self.g.output:
+            swapped_output(self, o.name)
         outputs = check_outputs(self)
         for name, arr in self.consts.items():
             if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
@@ -273,6 +293,8 @@ class _Importer:
         typed = bool(self.types or self.const_types)
         g = Graph(self.name, tuple(inputs), tuple(outputs), nodes, tensors, consts,
                   meta=(("source", "onnx"), ("typed_by_model", typed)))
+        if self.weight_scales:  # what passes/scales.py factors weights with
+            g = g.with_meta(weight_scales=sorted(self.weight_scales, reverse=True))
         return prune(g)
 
     def visit(self, node: onnx.NodeProto) -> None:
@@ -284,7 +306,9 @@ class _Importer:
             raise self.unsupported_op(node)
         check_node(self, node, quant)
         ins = list(node.input)
-        if quant:
+        if op != "Shape" and any(i and i in self.swapped for i in ins):
+            swapped_consumer(self, node)
+        elif quant:
             _QUANTIZERS[op](self, node)
         elif op == "Constant":
             self.constant(node)
@@ -341,8 +365,12 @@ class _Importer:
         self.add_const(node.output[0], v)
 
     def shape_of(self, node: onnx.NodeProto) -> None:
-        """Shape of an activation: known here (batch 1), so a constant."""
-        full = (1,) + self.shapes[self.src(node.input[0])]
+        """Shape of an activation: known here (the model's fixed batch, else 1), so a
+        constant."""
+        x = node.input[0]
+        full = (self.batch or 1,) + self.shapes[self.src(x)]
+        if x in self.swapped:
+            full = tuple(full[p] for p in self.swapped[x][0])
         a = attrs(node)
         start, end = a.get("start", 0), a.get("end", None)
         self.add_const(node.output[0], np.array(full[start:end], dtype=np.int64))

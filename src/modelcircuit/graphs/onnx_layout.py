@@ -74,7 +74,7 @@ def concat(im: _Importer, node: onnx.NodeProto) -> None:
     if consts:
         raise im.err(node, f"Concat of activations with constants {consts} is not supported")
     shapes = [act_shape(im, i) for i in ins]
-    ax = batch_axis(im, node, int(attrs(node)["axis"]), len(shapes[0]) + 1)
+    ax = batch_axis(im, node, int(attrs(node).get("axis", 1)), len(shapes[0]) + 1)
     for s in shapes[1:]:
         if len(s) != len(shapes[0]) or any(
                 a != b for k, (a, b) in enumerate(zip(s, shapes[0], strict=True)) if k != ax):
@@ -113,16 +113,21 @@ def _alias(im: _Importer, node: onnx.NodeProto, x: str, shp: tuple[int, ...]) ->
 
 
 def _reshape_to(im: _Importer, node: onnx.NodeProto, x: str, full: tuple[int, ...]) -> None:
-    """Reshape given an ONNX (batch-including, batch=1) target shape."""
+    """Reshape given an ONNX (batch-including, batch=1) target shape. Reshaping back to the
+    shape of what an earlier Reshape started from is an alias of that tensor."""
     shp = act_shape(im, x)
     size = math.prod(shp)
     per = tuple(int(d) for d in full[1:])
     if any(d < 1 for d in per) or math.prod(per) != size:
         raise im.err(node, f"cannot reshape per-sample {list(shp)} to {list(per)}; the batch "
                      "dimension must stay first")
+    base = im.reshaped.get(im.src(x), im.src(x))
     if per == shp:
         return _alias(im, node, x, shp)
+    if per == im.shapes[base]:
+        return _alias(im, node, base, per)
     im.emit(node, "Reshape", [x], node.output[0], per, shape=list(per))
+    im.reshaped[node.output[0]] = base
 
 
 def reshape(im: _Importer, node: onnx.NodeProto) -> None:
@@ -140,16 +145,30 @@ def _flatten_target(im: _Importer, node: onnx.NodeProto, shp: tuple[int, ...]
     ax = axis + len(shp) if axis < 0 else axis
     if not 0 <= ax <= len(shp):
         raise im.err(node, f"axis {axis} is out of range for a rank-{len(shp)} tensor")
+    if ax == 0 and im.batch != 1:  # (1, N * size): one sample only when N is 1
+        raise im.err(node, "Flatten with axis 0 folds the batch dimension into the sample; "
+                     "that is one sample only when the model's batch is fixed at 1 (it is "
+                     f"{im.batch_text()})")
     if ax == 0:
-        raise im.err(node, "Flatten with axis 0 folds the batch dimension into the sample")
+        return (1, math.prod(shp))
     return (math.prod(shp[:ax]), math.prod(shp[ax:]))
 
 
 def _reshape_target(im: _Importer, node: onnx.NodeProto, shp: tuple[int, ...]
                     ) -> tuple[int, ...]:
-    if not im.is_const(node.input[1]):
-        raise im.err(node, "Reshape target shape must be constant")
-    t = int_const(im, node, node.input[1], "shape")
+    """The ONNX target (batch 1 first) of a Reshape of `shp` (batch 1 first). The target's
+    first dimension must be the model's batch: 0 (copy), -1 with the others making one
+    sample, or the batch itself (when the batch is symbolic: any number, which is then the
+    batch the model runs at). Anything else moves values between samples: refused."""
+    if len(node.input) > 1 and node.input[1]:
+        if not im.is_const(node.input[1]):
+            raise im.err(node, "Reshape target shape must be constant")
+        t = int_const(im, node, node.input[1], "shape")
+    elif "shape" in attrs(node):  # opset < 5: the shape is an attribute
+        t = [int(v) for v in attrs(node)["shape"]]
+    else:
+        raise im.err(node, "Reshape needs a target shape")
+    orig = list(t)
     allowzero = im.flag(node, attrs(node), "allowzero", 0)
     if any(v < -1 for v in t) or t.count(-1) > 1 or (allowzero and 0 in t and -1 in t):
         raise im.err(node, f"shape {t} is not a valid Reshape target (dimensions >= -1, at "
@@ -157,19 +176,27 @@ def _reshape_target(im: _Importer, node: onnx.NodeProto, shp: tuple[int, ...]
     if not allowzero and any(v == 0 and i >= len(shp) for i, v in enumerate(t)):
         raise im.err(node, f"shape {t} copies (0) a dimension the rank-{len(shp)} input "
                      "does not have")
-    t = [shp[i] if (v == 0 and not allowzero) else v for i, v in enumerate(t)]
-    if t and t[0] != 1 and (t[0] == -1 or t.count(-1) == 1):
-        t[0] = 1  # the batch, fixed or inferred, is the first dimension
-    if -1 in t:
-        known = math.prod(v for v in t if v != -1)
-        if known == 0 or math.prod(shp) % known:
-            raise im.err(node, f"cannot reshape per-sample {list(shp[1:])} to {t}: no "
+    if not t:
+        return ()
+    size = math.prod(shp)  # one sample
+    first, rest = t[0], [shp[i + 1] if (v == 0 and not allowzero) else v
+                         for i, v in enumerate(t[1:])]
+    if -1 in rest:
+        known = math.prod(v for v in rest if v != -1)
+        if known == 0 or size % known:
+            raise im.err(node, f"cannot reshape per-sample {list(shp[1:])} to {orig}: no "
                          "whole size for the -1")
-        t[t.index(-1)] = math.prod(shp) // known
-    target = tuple(t)
-    if target and target[0] != 1:  # a fixed batch (e.g. 789444) written into the shape
-        target = (1,) + target[1:]
-    return target
+        rest[rest.index(-1)] = size // known
+    copy = first == 0 and not allowzero
+    fixed_ok = first >= 1 and (im.batch is None or first == im.batch)
+    if not (copy or first == -1 or fixed_ok) or math.prod(rest) != size:
+        want = f"{im.batch}, " if im.batch is not None else "the batch, "
+        raise im.err(node, f"cannot reshape per-sample {list(shp[1:])} to {orig} without "
+                     f"moving values between samples: the model's batch is "
+                     f"{im.batch_text()}, so the first dimension must be {want}0 or -1, "
+                     f"and the others must make one sample of {size} elements "
+                     f"(per-sample shape {list(shp[1:])})")
+    return (1, *rest)
 
 
 def _axes_of(im: _Importer, node: onnx.NodeProto) -> Any:
@@ -209,14 +236,22 @@ def _unsqueeze_target(im: _Importer, node: onnx.NodeProto, shp: tuple[int, ...]
 
 
 def transpose(im: _Importer, node: onnx.NodeProto) -> None:
+    """A Transpose that keeps the batch first is a per-sample Transpose (or an alias); one
+    that moves it leaves the values where they are and marks its output as "swapped": only
+    per-feature ops may use it, up to a Transpose back (onnx_ops.swapped_consumer)."""
     x = node.input[0]
     shp = act_shape(im, x)
     perm = list(attrs(node).get("perm", list(range(len(shp) + 1))[::-1]))
     if sorted(perm) != list(range(len(shp) + 1)):
         raise im.err(node, f"perm {perm} is not a permutation of the {len(shp) + 1} axes of "
                      "the input")
+    prior = im.swapped.get(x)
+    if prior is not None:  # the composed permutation, from the batch-first layout
+        perm = [prior[0][p] for p in perm]
     if perm[0] != 0:
-        raise im.err(node, f"Transpose perm {perm} moves the batch dimension")
+        _alias(im, node, x, shp)
+        im.swapped[node.output[0]] = (tuple(perm), prior[1] if prior else im.label(node))
+        return None
     per = [p - 1 for p in perm[1:]]
     if per == sorted(per):
         return _alias(im, node, x, shp)

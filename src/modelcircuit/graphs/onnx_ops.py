@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from .onnx_io import Unsupported
+from .ir import GraphError
+from .onnx_checks import check_float_attrs
+from .onnx_io import Unsupported, show
 from .onnx_layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
 from .onnx_quant import qdq
 
@@ -94,7 +96,9 @@ def _bcast_shape(im: _Importer, node: onnx.NodeProto, act: tuple[int, ...],
     return c
 
 
-def _binary(im: _Importer, node: onnx.NodeProto) -> None:
+def _binary(im: _Importer, node: onnx.NodeProto, cvalue: np.ndarray | None = None) -> None:
+    """Add/Sub/Mul/Div; with a constant operand (its value `cvalue` when given: already put
+    in the batch-first layout) the op keeps the activation's shape."""
     op = node.op_type
     a, b = node.input
     ca, cb = im.is_const(a), im.is_const(b)
@@ -102,7 +106,9 @@ def _binary(im: _Importer, node: onnx.NodeProto) -> None:
         return _binary_activations(im, node)
     x, c = (b, a) if ca else (a, b)
     shp = act_shape(im, x)
-    cv = _bcast_shape(im, node, shp, im.const(c))
+    if cvalue is None:
+        cvalue = _legacy_broadcast(im, node, x, c) if im.opset < 7 else im.const(c)
+    cv = _bcast_shape(im, node, shp, cvalue)
     ctype = im.const_types.get(im.src(c))
     if op == "Add":
         im.emit(node, "Add", [x, im.add_const(im.fresh(c), cv, ctype)], node.output[0], shp)
@@ -120,6 +126,32 @@ def _binary(im: _Importer, node: onnx.NodeProto) -> None:
         if np.any(cv == 0):
             raise im.err(node, "division by a constant that contains zero")
         im.emit(node, "Mul", [x, im.add_const(im.fresh(c), 1.0 / cv)], node.output[0], shp)
+
+
+def _legacy_broadcast(im: _Importer, node: onnx.NodeProto, x: str, c: str) -> np.ndarray:
+    """Opset < 7 Add/Sub/Mul/Div: the second operand B is broadcast onto A only with
+    broadcast=1, its dimensions aligned at `axis` (default: the trailing ones); without it
+    the shapes must be equal. Returns B as a numpy-broadcastable constant."""
+    a = attrs(node)
+    cv = im.const(c)
+    full = im.full_shape(x)
+    if not a.get("broadcast", 0):
+        if tuple(cv.shape) not in (full, full[1:]):
+            raise im.err(node, f"constant {c!r} of shape {list(cv.shape)} differs from the "
+                         f"activation's {['N', *full[1:]]}, and without broadcast=1 (opset "
+                         f"{im.opset}) the shapes must be equal")
+        return cv
+    if c == node.input[0]:
+        raise im.err(node, f"broadcast=1 (opset {im.opset}) broadcasts the second operand "
+                     "onto the first; here the first is a constant and the second an "
+                     "activation, which is not supported")
+    if "axis" not in a:
+        return cv
+    ax = int(a["axis"]) + (len(full) if int(a["axis"]) < 0 else 0)
+    if not 0 <= ax <= len(full) - cv.ndim:
+        raise im.err(node, f"axis {a['axis']} does not place the constant's "
+                     f"{cv.ndim} dimensions within the rank-{len(full)} activation")
+    return cv.reshape((1,) * ax + tuple(cv.shape) + (1,) * (len(full) - ax - cv.ndim))
 
 
 def _binary_activations(im: _Importer, node: onnx.NodeProto) -> None:
@@ -187,7 +219,11 @@ def _softmax(im: _Importer, node: onnx.NodeProto) -> None:
     im.emit(node, "Transpose", [t2], out, shp, perm=perm)
 
 
-def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
+def _batchnorm(im: _Importer, node: onnx.NodeProto, per_tensor: bool = False) -> None:
+    """Inference BatchNormalization over per-sample axis 0 (ONNX dimension 1). Old-opset
+    attributes: spatial must be 1; is_test, consumed_inputs and momentum do not change
+    inference. `per_tensor`: the parameters have one element, the same for every channel
+    (the channel axis was the batch, of 1; see swapped_consumer)."""
     x, s, b, m, v = node.input[:5]
     a = attrs(node)
     eps = float(a.get("epsilon", 1e-5))
@@ -195,6 +231,10 @@ def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
         raise im.unsupported(node, "training_mode", "BatchNormalization with training_mode=1 "
                              "(batch statistics) is not supported; export the model in "
                              "inference mode")
+    if im.opset < 7 and not im.flag(node, a, "is_test", 0) and len(node.output) > 1:
+        raise im.unsupported(node, "is_test", "BatchNormalization with is_test=0 and its "
+                             "training outputs (batch statistics) is not supported; export "
+                             "the model in inference mode")
     if not im.flag(node, a, "spatial", 1):
         raise im.unsupported(node, "spatial", "BatchNormalization with spatial=0 (statistics "
                              "per element) is not supported")
@@ -207,11 +247,12 @@ def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
         if not im.is_const(nm):
             raise im.err(node, "BatchNormalization parameters must be constants")
     vals = {}
+    n = 1 if per_tensor else shp[0]
     for nm, what in ((s, "scale"), (b, "bias"), (m, "mean"), (v, "variance")):
         p = im.const(nm)
-        if p.dtype.kind not in "fiu" or p.shape != (shp[0],):
+        if p.dtype.kind not in "fiu" or p.shape != (n,):
             raise im.err(node, f"{what} {nm!r} must hold one number per channel, shape "
-                         f"[{shp[0]}], got {p.dtype} {list(p.shape)}")
+                         f"[{n}], got {p.dtype} {list(p.shape)}")
         with np.errstate(all="ignore"):
             vals[what] = p.astype(np.float64)
         if not np.all(np.isfinite(vals[what])):
@@ -222,8 +263,21 @@ def _batchnorm(im: _Importer, node: onnx.NodeProto) -> None:
     if np.any(var + eps <= 0):
         raise im.err(node, f"variance + epsilon must be positive; variance {v!r} has "
                      f"{int(np.sum(var + eps <= 0))} zero(s) with epsilon {eps:g}")
-    im.emit(node, "BatchNorm", [x] + [im.src(n) for n in (s, b, m, v)], node.output[0], shp,
-            epsilon=eps)
+    params = [im.src(p) for p in (s, b, m, v)]
+    if per_tensor:
+        params = [im.add_const(im.fresh(p), np.full(shp[0], vals[w][0]), None)
+                  for p, w in zip(params, ("scale", "bias", "mean", "variance"), strict=True)]
+    src = im.src(x)
+    base = im.reshaped.get(src)
+    if base is not None and im.shapes[base][:1] == shp[:1]:
+        # after a Reshape that keeps the channels first (torch's Unsqueeze of (N, C) to
+        # (N, C, 1)): normalise what it reshapes, so that the BatchNorm meets its Dense
+        t = im.fresh(node.output[0] + "_bn")
+        im.emit(node, "BatchNorm", [base] + params, t, im.shapes[base], epsilon=eps)
+        im.emit(node, "Reshape", [t], node.output[0], shp, shape=list(shp))
+        im.reshaped[node.output[0]] = t
+        return
+    im.emit(node, "BatchNorm", [x] + params, node.output[0], shp, epsilon=eps)
 
 
 def _dropout(im: _Importer, node: onnx.NodeProto) -> None:
@@ -233,7 +287,8 @@ def _dropout(im: _Importer, node: onnx.NodeProto) -> None:
         if nm and im.is_const(nm) and im.const(nm).size != 1:
             raise im.err(node, f"{what} {nm!r} must be a scalar, got shape "
                          f"{list(im.const(nm).shape)}")
-    ratio = float(im.const(ins[1]).reshape(-1)[0]) if ins[1] and im.is_const(ins[1]) else 0.5
+    ratio = float(im.const(ins[1]).reshape(-1)[0]) if ins[1] and im.is_const(ins[1]) else \
+        float(attrs(node).get("ratio", 0.5))  # opset < 12: an attribute (is_test: ignored)
     if not 0.0 <= ratio < 1.0:
         raise im.err(node, f"ratio {ratio} is not in [0, 1)")
     training = ins[2] and (not im.is_const(ins[2]) or bool(im.const(ins[2]).reshape(-1)[0]))
@@ -246,12 +301,88 @@ def _dropout(im: _Importer, node: onnx.NodeProto) -> None:
 def _cast(im: _Importer, node: onnx.NodeProto) -> None:
     """Cast of a (float32) activation to float32 is the identity; other dtypes are refused."""
     to = attrs(node).get("to", 0)
+    if isinstance(to, bytes):  # opset < 6: the type's name
+        name = to.decode("ascii", "replace").upper()
+        if name != "FLOAT":
+            raise Unsupported(f"{im.label(node)}: Cast to {show(name)} is not supported; the "
+                              "golden model computes float32 (FLOAT)", "dtype", show(name))
+        to = onnx.TensorProto.FLOAT
     if to != onnx.TensorProto.FLOAT:
         name = (onnx.TensorProto.DataType.Name(to) if to in onnx.TensorProto.DataType.values()
                 else str(to))
         raise Unsupported(f"{im.label(node)}: Cast to {name} is not supported; the golden model "
                           "computes float32 (FLOAT)", "dtype", name)
     identity(im, node)
+
+
+# ops that compute each element from that element alone: the same in any layout
+_ELEMENTWISE = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Selu", "Identity", "Dropout", "Cast")
+_PER_FEATURE = "BatchNormalization, Add/Sub/Mul/Div by a constant, element-wise activations"
+
+
+def _swapped_text(im: _Importer, name: str) -> str:
+    perm, label = im.swapped[name]
+    return (f"{name!r} is in the layout of {label} (perm {list(perm)} from batch-first), "
+            "which moves the batch dimension")
+
+
+def swapped_output(im: _Importer, name: str) -> None:
+    """A graph output must be batch-first."""
+    if name in im.swapped:
+        raise GraphError(f"output {_swapped_text(im, name)}; it must be transposed back "
+                         "before it is an output")
+
+
+def swapped_consumer(im: _Importer, node: onnx.NodeProto) -> None:
+    """A node using an activation whose layout moves the batch (the output of a Transpose
+    such as perm [1, 0] on (N, F)). The values are kept batch-first; a per-feature op is the
+    same computation there (its constants are transposed to match) and its output keeps the
+    layout; a Transpose composes with it; anything else mixes samples: refused, naming the
+    node, the op and the pattern."""
+    op = node.op_type
+    x = next(i for i in node.input if i and i in im.swapped)
+    perm, _ = im.swapped[x]
+    acts = [i for i in node.input if i and not im.is_const(i)]
+
+    def refuse(why: str) -> GraphError:
+        return im.err(node, f"input {_swapped_text(im, x)}; {why}. Between such a "
+                      f"Transpose and the Transpose back only per-feature ops ({_PER_FEATURE}) "
+                      "are the same computation per sample")
+
+    if op == "Transpose":
+        return transpose(im, node)
+    if op in _ELEMENTWISE and len(acts) == 1:
+        check_float_attrs(im, node)
+        HANDLERS[op](im, node)
+    elif op in ("Add", "Sub", "Mul", "Div") and len(acts) == 1:
+        check_float_attrs(im, node)
+        c = next(i for i in node.input if i != x)
+        cv = np.asarray(im.const(c))
+        rank = len(perm)
+        if cv.ndim > rank:
+            raise refuse(f"constant {c!r} has rank {cv.ndim}, over the activation's {rank}")
+        cv = cv.reshape((1,) * (rank - cv.ndim) + cv.shape).transpose(np.argsort(perm))
+        if cv.shape[0] != 1:
+            raise refuse(f"{op} by constant {c!r} of shape {list(im.const(c).shape)} differs "
+                         "along the batch, so it is not per-feature")
+        _binary(im, node, cv)
+    elif op == "BatchNormalization" and node.input[0] == x and len(acts) == 1:
+        check_float_attrs(im, node)
+        n = im.const(node.input[1]).size if im.is_const(node.input[1]) else -1
+        if perm[1] == 0 and n != 1:
+            raise refuse(f"{op} normalises along dimension 1, which is the batch here: its "
+                         f"{n} parameters would differ per sample (only one, the same for "
+                         "every sample of a batch of 1, is per-feature)")
+        if perm[1] not in (0, 1):
+            raise refuse(f"{op} normalises along dimension 1, which is batch-first dimension "
+                         f"{perm[1]}; only dimension 1 is supported")
+        _batchnorm(im, node, per_tensor=perm[1] == 0)
+    else:
+        raise refuse(f"{op} is not per-feature" if op not in _ELEMENTWISE + (
+            "Add", "Sub", "Mul", "Div", "BatchNormalization") else
+            f"{op} of two activations is not per-feature")
+    for o in node.output[:1]:
+        im.swapped[o] = im.swapped[x]
 
 
 HANDLERS: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {

@@ -2,7 +2,13 @@
 
 On a constant (a weight) a quantizer is applied at import time and its result is a
 constant carrying the fixed-point type. On an activation it becomes a Requant (or Bipolar)
-node, which needs a type the IR can carry: one power-of-two scale and zero point 0.
+node. A power-of-two scale with zero point 0 is a fixed-point type; any other scale (per tensor
+or per channel) and zero point is a scaled integer, written as the float arithmetic that QONNX
+defines around integer codes: Div(scale) -> Add(zero point) -> Requant to integer codes ->
+Sub(zero point) -> Mul(scale). The codes are what circuits compute on; passes/scales.py moves
+the scales through the next Dense and passes/thresholds.py turns the float arithmetic between
+two quantizers into exact thresholds. A non-power-of-two weight scale is recorded
+(graph meta `weight_scales`) so that passes/scales.py can factor the weights back into codes.
 Parameters are checked first: constants, numeric, a positive finite scale, an integer
 bitwidth of 1 to 64, zero points within the code range, shapes that broadcast.
 """
@@ -143,11 +149,64 @@ def quant(im: _Importer, node: onnx.NodeProto) -> None:
             r = _QONNX_ROUNDING[rounding.upper()](y)
             vals = sc * (np.clip(r, qmin, qmax) - z)
         im.add_const(node.output[0], vals, t)
+        if t is None:
+            im.weight_scales.update(float(v) for v in np.unique(sc))
         return
     if t is None:
-        raise im.err(node, "Quant on activations needs one power-of-two scale and zero "
-                     "point 0 (per-channel or non power-of-two scales are not supported)")
+        codes = FixedType(int(bits), int(bits), signed, _rounding_type(im, node, rounding),
+                          narrow=narrow)
+        return _scaled(im, node, "Requant", x, codes, sc, z, quant_type=str(codes))
     _emit_typed(im, node, "Requant", x, t, quant_type=str(t))
+
+
+def _rounding_type(im: _Importer, node: onnx.NodeProto, rounding: str) -> Rounding:
+    r = _ROUNDING_TYPES.get(rounding.upper())
+    if r is None:
+        raise im.unsupported(node, "rounding_mode", f"rounding_mode {rounding!r} is not "
+                             "supported on activations (ROUND and FLOOR are)")
+    return r
+
+
+def _per_sample(im: _Importer, x: str, v: np.ndarray) -> np.ndarray:
+    """A quantizer parameter (ONNX shape, batch included) as a per-sample constant: a scalar
+    when it is uniform, else broadcast to the activation's per-sample shape."""
+    u = np.unique(v)
+    if u.size == 1:
+        return np.asarray(u[0], dtype=np.float64)
+    full = im.full_shape(x)
+    return np.broadcast_to(v, full)[0].astype(np.float64).copy()
+
+
+def _scaled(im: _Importer, node: onnx.NodeProto, op: str, x: str, codes: FixedType,
+            sc: np.ndarray, z: np.ndarray | None, **node_attrs: Any) -> None:
+    """A quantizer with a non-power-of-two scale or a zero point, on an activation: QONNX's
+    definition spelled out, scale * (codes(x / scale + zero point) - zero point)."""
+    shp = act_shape(im, x)
+    s = _per_sample(im, x, sc)
+    zp = _per_sample(im, x, z) if z is not None else np.zeros(())
+    out = node.output[0]
+    cur = x
+    if op == "Requant" and np.any(s != 1):
+        cur = _step(im, node, "Div", cur, s, f"{out}__scaled", shp)
+    if op == "Requant" and np.any(zp != 0):
+        cur = _step(im, node, "Add", cur, zp, f"{out}__shifted", shp)
+    q = f"{out}__codes"
+    im.emit(node, op, [cur], q, shp, **node_attrs)
+    im.types[q] = codes
+    cur = q
+    if np.any(zp != 0):
+        cur = _step(im, node, "Add", cur, -zp, f"{out}__centred", shp)
+    if np.any(s != 1) or cur == q:
+        _step(im, node, "Mul", cur, s, out, shp)
+    else:
+        im.emit(node, "Add", [cur, im.add_const(im.fresh(f"{out}__zero"), np.zeros(()))],
+                out, shp)
+
+
+def _step(im: _Importer, node: onnx.NodeProto, op: str, x: str, c: np.ndarray, out: str,
+          shp: tuple[int, ...]) -> str:
+    im.emit(node, op, [x, im.add_const(im.fresh(f"{out}_c"), c)], out, shp)
+    return out
 
 
 def _bitwidth(im: _Importer, node: onnx.NodeProto, bw: str, signed: bool, narrow: bool
@@ -181,9 +240,12 @@ def bipolar(im: _Importer, node: onnx.NodeProto) -> None:
             raise GraphError(f"weight {im.src(x)!r} contains NaN or Inf")
         s = sc if scv.size == 1 else scv
         im.add_const(node.output[0], np.where(w >= 0, s, -s), t)
+        if t is None:
+            im.weight_scales.update(float(v) for v in uniform)
         return
-    if t is None:
-        raise im.err(node, "BipolarQuant on activations needs one power-of-two scale")
+    if t is None:  # codes +-1, then the scale
+        return _scaled(im, node, "Bipolar", x, FixedType(2, 2, True, narrow=True), scv, None,
+                       scale=1.0)
     _emit_typed(im, node, "Bipolar", x, t, scale=sc)
 
 
@@ -208,17 +270,30 @@ def qdq(im: _Importer, node: onnx.NodeProto) -> None:
     signed = zpv.dtype.kind == "i"
     bits = 8 * zpv.dtype.itemsize
     t = pow2_type(im, node, sc, zpv, bits, signed, False, "ROUND")
-    if t is None:
-        raise im.err(node, "QuantizeLinear needs one power-of-two scale and zero point 0")
+    full = im.full_shape(x)
+    # per-axis parameters (1-D along `axis`) in the input's full shape, for broadcasting
+    ax = attrs(node).get("axis", 1) % max(len(full), 1)
+    along = [1] * len(full)
+    if sc.ndim == 1 and full:
+        along[ax] = sc.shape[0]
+    scb = sc.reshape(along) if sc.ndim == 1 else sc
+    zpb = zpv.astype(np.float64).reshape(along) if zpv.ndim == 1 else zpv.astype(np.float64)
     if im.is_const(x):
         w = im.const(x).astype(np.float64)
         if not np.all(np.isfinite(w)):
             raise im.err(node, f"weight {im.src(x)!r} contains NaN or Inf")
+        qmin, qmax = (int(np.iinfo(zpv.dtype).min), int(np.iinfo(zpv.dtype).max))
         with np.errstate(all="ignore"):  # huge weights saturate; no warning lines
-            vals = np.clip(np.round(w * 2.0 ** t.frac), t.qmin, t.qmax) * 2.0 ** -t.frac
+            vals = scb * (np.clip(np.round(w / scb) + zpb, qmin, qmax) - zpb)
         im.add_const(node.output[0], vals, t)
+        if t is None:
+            im.weight_scales.update(float(v) for v in np.unique(sc))
         return
-    _emit_typed(im, node, "Requant", x, t, quant_type=str(t))
+    if t is None:
+        codes = FixedType(bits, bits, signed, Rounding.RND_CONV)
+        _scaled(im, node, "Requant", x, codes, scb, zpb, quant_type=str(codes))
+    else:
+        _emit_typed(im, node, "Requant", x, t, quant_type=str(t))
     im.qdq[node.output[0]] = (sc, zpv)
 
 

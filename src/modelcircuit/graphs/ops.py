@@ -57,7 +57,7 @@ QUANTIZERS = frozenset({Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD})
 MOVEMENT = frozenset({Op.RESHAPE, Op.TRANSPOSE, Op.CONCAT, Op.GATHER})
 LAYOUT = frozenset({Op.RESHAPE, Op.TRANSPOSE})
 # float arithmetic that a quantized model keeps between a MatMul and the next quantizer
-FLOAT_CHAIN = frozenset({Op.BATCHNORM, Op.MUL, Op.ADD, Op.RELU})
+FLOAT_CHAIN = frozenset({Op.BATCHNORM, Op.MUL, Op.ADD, Op.SUB, Op.DIV, Op.RELU})
 # ops whose exact result a following model quantizer can become the output type of
 EXACT_PRODUCERS = frozenset({Op.DENSE, Op.RELU, Op.ADD, Op.SUB})
 ALL = frozenset(Op)

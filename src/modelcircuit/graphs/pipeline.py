@@ -17,14 +17,17 @@ import numpy as np
 
 from . import reference
 from .check import verify_graph
+from .host import carve
 from .identity import graph_id
 from .ir import Graph, GraphError
 from .passes.accumulators import accumulator_types
 from .passes.canonicalize import fold_batchnorm, fold_requant, fuse_bias
 from .passes.constants import quantize_constants
 from .passes.fuse import fuse_dense_relu
+from .passes.host import host_parts
 from .passes.memory_plan import memory_plan
 from .passes.precision import assign_types, check_per_layer
+from .passes.scales import factor_scales
 from .passes.schedule import schedule
 from .passes.streams import assign_streams
 from .passes.tables import DEFAULT_TABLE_BITS, build_tables, check_table_bits
@@ -42,11 +45,15 @@ class CompiledGraph:
     graph_id: str
     profile: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)  # backend plans (reuse, memory…)
+    head: Graph | None = None  # float pre-processing + first quantizer, run on the host
+    tail: Graph | None = None  # float affine after the last integer tensor, on the host
 
 
 def passes(precision: NumType | None, per_layer: Mapping[str, Any] | None,
            ranges: Mapping[str, tuple[float, float]] | None, table_bits: int) -> list[tuple[str, Pass]]:
-    return [
+    fixed = precision is None or not precision.is_float
+    scaled = [("factor_scales", factor_scales), ("host_parts", host_parts)] if fixed else []
+    return scaled + [
         ("fuse_bias", fuse_bias),
         ("fold_batchnorm", fold_batchnorm),
         ("fold_requant", fold_requant),
@@ -137,5 +144,7 @@ def compile_graph(graph: Graph, precision: str | NumType | None = None,
     if ranges is not None:
         options["calibration_sha256"] = __import__("hashlib").sha256(
             np.ascontiguousarray(calibrate, dtype=np.float32).tobytes()).hexdigest()
+    head, g, tail = carve(g)
     extra = {name: fn(g) for name, fn in PLANS}
-    return CompiledGraph(g, options, tuple(log), graph_id(g, options), profile, extra)
+    return CompiledGraph(g, options, tuple(log), graph_id(g, options, head, tail), profile,
+                         extra, head, tail)

@@ -73,3 +73,27 @@ def load_artifact_graph(path: str | Path) -> tuple[Graph, dict[str, Any]]:
     except GraphError as e:
         raise GraphError(f"{p} is not a readable modelcircuit artifact: {e}") from None
     return g, manifest
+
+
+def load_host_parts(path: str | Path) -> tuple[Graph | None, Graph | None]:
+    """The host head and tail of an artifact (host.json + host.npz), (None, None) without."""
+    p = Path(path)
+    if not (p / "host.json").exists():
+        return None, None
+    try:
+        d = json.loads((p / "host.json").read_text())
+        with np.load(p / "host.npz", allow_pickle=False) as z:
+            consts = {k: z[k] for k in z.files}
+        if not isinstance(d, dict) or set(d) - {"head", "tail"}:
+            raise ValueError("host.json must hold {head, tail}")
+        parts = {}
+        for key, gd in d.items():
+            pre = f"{key}/"
+            parts[key] = verify_graph(graph_from_json(
+                gd, {k[len(pre):]: v for k, v in consts.items() if k.startswith(pre)}))
+    except RecursionError:
+        raise GraphError(f"{p} is not a readable modelcircuit artifact: nested too deeply") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise GraphError(f"{p} is not a readable modelcircuit artifact (host.json): {msg}") from None
+    return parts.get("head"), parts.get("tail")

@@ -88,14 +88,14 @@ def verify(compiled: Any, x: np.ndarray, backends: list[str], labels: np.ndarray
     bit, print the table (to `out`, default stdout). Returns (exit code 0 all agree / 1 a
     mismatch, report). `float_out` (the float model's outputs) and `labels` add accuracy."""
     out = out or sys.stdout
-    from ..graphs import reference
+    from ..graphs import host, reference
     from .backends import RunOptions, run_backend
 
     backends = parse_backends(",".join(backends))
     g = compiled.graph
     if len(g.inputs) != 1:
         raise SimError(f"verify handles models with one input; {g.name} has {len(g.inputs)}")
-    codes = reference.quantize_inputs(g, [x])[0]
+    codes = host.encode(compiled, x)  # the host head, where the model has one
     golden = reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
     t_out = g.tensor(g.outputs[0]).dtype
     frac = None if t_out is None or t_out.is_float else t_out.frac
@@ -119,8 +119,9 @@ def verify(compiled: Any, x: np.ndarray, backends: list[str], labels: np.ndarray
     if labels is not None:
         if float_out is not None:
             acc["float"] = accuracy(float_out, labels)
-        for b in backends:
-            acc["fixed golden" if b == "golden" else b] = accuracy(outs[b], labels)
+        for b in backends:  # on the model's outputs: the host tail applied
+            acc["fixed golden" if b == "golden" else b] = accuracy(
+                host.decode(compiled, outs[b]), labels)
 
     report = {"model": g.name, "graph_id": compiled.graph_id, "precision": compiled.options.get("precision"),
               "reuse": compiled.options.get("reuse"), "inputs": source, "vectors": int(len(x)),

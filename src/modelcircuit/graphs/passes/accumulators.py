@@ -46,9 +46,12 @@ def _check_fixed_elementwise(g: Graph, node: Node) -> None:
     """Fixed point supports Add/Sub/Mul of two activations of one shape; division of two
     activations and broadcasting between activations are float only (a clear refusal)."""
     acts = g.activations(node)
-    if node.op == Op.DIV:
-        raise GraphError(f"node {node.name} (Div): division of two activations is not "
-                         "supported in fixed point (float32 only)")
+    in_chain = g.tensor(node.outputs[0]).dtype is None  # float arithmetic -> thresholds
+    if node.op == Op.DIV and not in_chain:
+        what = "two activations" if len(acts) == 2 else "an activation by a constant outside " \
+            "the float arithmetic before a model quantizer"
+        raise GraphError(f"node {node.name} (Div): division of {what} is not supported in "
+                         "fixed point (float32 only)")
     if node.op in ELEMENTWISE_BINARY and len(acts) == 2:  # Add, Sub, Mul (Div: refused above)
         out = g.tensor(node.outputs[0]).shape
         shapes = [g.tensor(a).shape for a in acts]

@@ -23,8 +23,8 @@ def fuse_bias(g: Graph) -> Graph:
             add = single_consumer(g, d.outputs[0])
             if add is None or add.op != Op.ADD or not g.is_const(add.inputs[1]):
                 continue
-            if g.tensor(d.outputs[0]).dtype is not None:
-                continue
+            if g.tensor(d.outputs[0]).dtype is not None or g.tensor(add.outputs[0]).dtype is not None:
+                continue  # a typed Add: the model's own type, or the float tail on the host
             n = g.tensor(d.outputs[0]).shape[0]
             c = np.broadcast_to(np.asarray(g.constants[add.inputs[1]]), (n,)).copy()
             cname = add.inputs[1]

@@ -42,14 +42,19 @@ def fit_type(values: np.ndarray, base: FixedType) -> FixedType:
 
 def _chain_to_model_quant(g: Graph, node: Node) -> bool:
     """True if node's output flows through float-chain ops (single consumers) into a
-    Requant that came from the model."""
+    quantizer that came from the model (a Requant/Bipolar, or a Relu that took one's type),
+    or into the float tail run on the host (passes/host.py): then node's output must be its
+    exact value, rounded once by that quantizer (QONNX rounds once, from the exact sum)."""
     cur = node
+    tail = set(g.get_meta("host_tail") or ())
     while True:
         cons = g.consumers(cur.outputs[0])
         if len(cons) != 1 or cur.outputs[0] in g.outputs:
             return False
         nxt = cons[0]
-        if nxt.op == Op.REQUANT and g.tensor(nxt.outputs[0]).dtype is not None:
+        if nxt.name in tail:
+            return True
+        if nxt.op in (Op.REQUANT, Op.BIPOLAR, Op.RELU) and g.tensor(nxt.outputs[0]).dtype is not None:
             return True
         if nxt.op not in FLOAT_CHAIN or any(not g.is_const(i) for i in nxt.inputs[1:]):
             return False

@@ -20,7 +20,8 @@ from ..types import FixedType
 from ._util import splice
 from .accumulators import dense_range
 
-MAX_CODES = 1 << 20
+MAX_CODES = 1 << 16  # input ranges up to this are walked code by code, wider ones bisected
+MAX_LEVELS = 1 << 12  # output levels of one quantizer turned into thresholds
 
 
 def _chain(g: Graph, r: Node) -> list[Node] | None:
@@ -29,7 +30,7 @@ def _chain(g: Graph, r: Node) -> list[Node] | None:
     cur = r.inputs[0]
     while g.tensor(cur).dtype is None:
         p = g.producer(cur)
-        if p is None or p.op not in FLOAT_CHAIN:
+        if p is None or p.op not in FLOAT_CHAIN or not all(g.is_const(c) for c in p.inputs[1:]):
             return None
         chain.append(p)
         cur = p.inputs[0]
@@ -78,11 +79,65 @@ def steps_of(values: np.ndarray, lo: int) -> tuple[list[int], list[int], int]:
     return [lo + int(i) + 1 for i in idx], [int(d[i]) for i in idx], int(values[0])
 
 
+def _quantizer(g: Graph, r: Node):
+    """The model quantizer at the end of a chain as a function of float values -> codes."""
+    out_t = g.tensor(r.outputs[0]).dtype
+    if r.op == Op.BIPOLAR:
+        return lambda y: np.where(y >= 0, 1, -1).astype(np.int64)
+    return lambda y: fx.quantize(y, out_t)  # the model's quantizer: exact scaling, its rounding
+
+
+def _exhaustive(run, lo: int, hi: int, channels: int):
+    codes = np.arange(lo, hi + 1, dtype=np.int64)
+    q = run(np.repeat(codes[:, None], channels, axis=1))
+    out = [steps_of(q[:, c], lo) for c in range(channels)]
+    return [o[0] for o in out], [o[1] for o in out], [o[2] for o in out]
+
+
+def _bisect(run, lo: int, hi: int, channels: int, r: Node):
+    """Thresholds of a monotone chain without evaluating every code: every float-chain op is
+    monotone per channel (affine maps, ReLU, BatchNorm, and IEEE rounding of each), so the
+    output code is monotone in the input code; for each output level, bisection finds the first
+    input code that reaches it. Same result as the exhaustive walk, in O(levels * log range)."""
+    ends = run(np.array([[lo] * channels, [hi] * channels], dtype=np.int64))
+    first, last = ends[0], ends[1]
+    levels = int(np.max(np.abs(last - first))) if channels else 0
+    if levels > MAX_LEVELS:
+        raise GraphError(f"node {r.name}: the quantizer after this float arithmetic has "
+                         f"{levels} output levels, too many for thresholds")
+    ths, sts = [], []
+    if levels:
+        up = last >= first
+        # level k (1..levels) of channel c: first code a with |f(a) - f(lo)| >= k
+        k = np.arange(1, levels + 1)[:, None]
+        lo_a = np.full((levels, channels), lo, dtype=np.int64)
+        hi_a = np.full((levels, channels), hi + 1, dtype=np.int64)
+        while np.any(hi_a - lo_a > 1):
+            mid = (lo_a + hi_a) // 2
+            v = run(np.minimum(mid, hi))
+            reached = np.where(up[None, :], v - first[None, :], first[None, :] - v) >= k
+            hi_a = np.where(reached, mid, hi_a)
+            lo_a = np.where(reached, lo_a, mid)
+        v_lo = run(lo_a)
+        reached_lo = np.where(up[None, :], v_lo - first[None, :], first[None, :] - v_lo) >= k
+        at = np.where(reached_lo, lo_a, hi_a)  # hi + 1: level never reached
+    for c in range(channels):
+        th, st = [], []
+        if levels:
+            sign = 1 if up[c] else -1
+            pts, counts = np.unique(at[:, c][at[:, c] <= hi], return_counts=True)
+            th = [int(p) for p in pts]
+            st = [sign * int(n) for n in counts]
+        ths.append(th)
+        sts.append(st)
+    return ths, sts, [int(b) for b in first]
+
+
 def float_chains_to_thresholds(g: Graph) -> Graph:
     import onnxruntime as ort
 
     for r in list(g.nodes):
-        if r.op != Op.REQUANT:
+        if r.op not in (Op.REQUANT, Op.BIPOLAR):
             continue
         chain = _chain(g, r)
         if chain is None:
@@ -93,29 +148,25 @@ def float_chains_to_thresholds(g: Graph) -> Graph:
         if not isinstance(t, FixedType) or not isinstance(out_t, FixedType):
             continue
         lo, hi = _input_range(g, src, t)
-        if hi - lo + 1 > MAX_CODES:
-            raise GraphError(f"node {r.name}: the float arithmetic before this quantizer has an "
-                             f"input of {hi - lo + 1} codes, too many to turn into thresholds")
         shape = g.tensor(src).shape
         per_channel = any(np.asarray(g.constants[c]).size > 1 for n in chain for c in n.inputs[1:])
         channels = int(np.prod(shape)) if per_channel else 1
         if per_channel and len(shape) != 1:
             raise GraphError(f"node {r.name}: per-channel float arithmetic on a rank-"
                              f"{len(shape)} tensor is not supported")
-        codes = np.arange(lo, hi + 1, dtype=np.int64)
-        x = np.repeat(fx.to_float(codes, t).astype(np.float32)[:, None], channels, axis=1)
-        if not per_channel and chain[0].op == Op.BATCHNORM:
-            channels = 1
         sess = ort.InferenceSession(_to_onnx(g, chain, channels).SerializeToString(),
                                     providers=["CPUExecutionProvider"])
-        y = sess.run(None, {src: x})[0].astype(np.float64)
-        q = fx.quantize(y, out_t)  # the model's quantizer: exact scaling, its own rounding
-        ths, sts, bases = [], [], []
-        for c in range(channels):
-            th, st, b = steps_of(q[:, c], lo)
-            ths.append(th)
-            sts.append(st)
-            bases.append(b)
+        quantize = _quantizer(g, r)
+
+        def run(codes: np.ndarray, sess=sess, quantize=quantize, t=t, src=src) -> np.ndarray:
+            x = fx.to_float(codes, t).astype(np.float32)
+            y = sess.run(None, {src: x})[0].astype(np.float64)
+            return quantize(y)
+
+        if hi - lo + 1 <= MAX_CODES:
+            ths, sts, bases = _exhaustive(run, lo, hi, channels)
+        else:
+            ths, sts, bases = _bisect(run, lo, hi, channels, r)
         k = max(1, max(len(s) for s in ths))
         thr = np.full((channels, k), hi + 1, dtype=np.int64)
         stp = np.zeros((channels, k), dtype=np.int64)
@@ -139,5 +190,3 @@ def float_chains_to_thresholds(g: Graph) -> Graph:
             if g.tensor(o).dtype is None:
                 raise GraphError(f"node {n.name} ({n.op}): output {o!r} has no number type")
     return g
-
-

@@ -1,0 +1,96 @@
+"""The host side of a compiled graph: the float head before the circuit's input codes and the
+float tail after its output codes (passes/host.py decides which nodes; see its docstring).
+
+`carve` splits the compiled graph into (head, body, tail); the body is what every backend
+compiles (its input and output are integer codes). `encode` and `decode` are the one place
+where float values become input codes and output codes become float values, for every
+backend: the golden model, the RTL simulation, the GPU kernels and the runtime wrappers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from . import reference
+from .ir import Graph, prune
+from .types import FLOAT32
+
+
+def _sub(g: Graph, nodes: list, inputs: list[str], outputs: list[str]) -> Graph:
+    keep = set(inputs) | {t for n in nodes for t in list(n.inputs) + list(n.outputs) if t}
+    meta = tuple((k, v) for k, v in g.meta if k not in ("host_head", "host_tail"))
+    return prune(g.replace(inputs=tuple(inputs), outputs=tuple(outputs), nodes=tuple(nodes),
+                           tensors={k: t for k, t in g.tensors.items() if k in keep},
+                           constants={k: v for k, v in g.constants.items() if k in keep},
+                           meta=meta))
+
+
+def carve(g: Graph) -> tuple[Graph | None, Graph, Graph | None]:
+    """(head, body, tail) of a compiled graph; head/tail None where the model has none."""
+    hn, tn = set(g.get_meta("host_head") or ()), set(g.get_meta("host_tail") or ())
+    if not hn and not tn:
+        return None, g, None
+    head_nodes = [n for n in g.nodes if n.name in hn]
+    tail_nodes = [n for n in g.nodes if n.name in tn]
+    body_nodes = [n for n in g.nodes if n.name not in hn and n.name not in tn]
+    body_in = head_nodes[-1].outputs[0] if head_nodes else g.inputs[0]
+    body_out = tail_nodes[0].inputs[0] if tail_nodes else g.outputs[0]
+    head = _sub(g, head_nodes, list(g.inputs), [body_in]) if head_nodes else None
+    body = _sub(g, body_nodes, [body_in], [body_out])
+    tail = None
+    if tail_nodes:
+        tail = _sub(g, tail_nodes, [body_out], list(g.outputs))
+        tensors = dict(tail.tensors)  # the tail starts from the body's output as float values
+        tensors[body_out] = dataclasses.replace(tensors[body_out], dtype=FLOAT32)
+        tail = tail.replace(tensors=tensors)
+    return head, body, tail
+
+
+def input_shape(compiled: Any) -> tuple[int, ...]:
+    """The model's per-sample input shape (the head's, where there is one)."""
+    g = getattr(compiled, "head", None) or compiled.graph
+    return tuple(g.tensor(g.inputs[0]).shape)
+
+
+def encode(compiled: Any, x: np.ndarray) -> np.ndarray:
+    """Float inputs (N, *shape) -> the body's input codes (the head run on the host)."""
+    head = getattr(compiled, "head", None)
+    if head is None:
+        return reference.quantize_inputs(compiled.graph, [x])[0]
+    return reference.execute(head, [x])[head.outputs[0]]
+
+
+def decode(compiled: Any, out: np.ndarray) -> np.ndarray:
+    """The body's output codes -> float values of the model's output (the tail on the host)."""
+    g = compiled.graph
+    vals = reference.to_values(g, g.outputs[0], out)
+    tail = getattr(compiled, "tail", None)
+    if tail is None:
+        return vals
+    return reference.execute(tail, [vals.astype(np.float32)])[tail.outputs[0]]
+
+
+def trace(compiled: Any, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Every tensor of head, body and tail (codes for fixed point, float32 otherwise)."""
+    env: dict[str, np.ndarray] = {}
+    head, tail, g = getattr(compiled, "head", None), getattr(compiled, "tail", None), compiled.graph
+    if head is not None:
+        env.update(reference.execute(head, [x], trace=True))
+    codes = encode(compiled, x)
+    env.update(reference.execute(g, [codes], trace=True, inputs_are_codes=True))
+    if tail is not None:
+        vals = reference.to_values(g, g.outputs[0], env[g.outputs[0]]).astype(np.float32)
+        t_env = reference.execute(tail, [vals], trace=True)
+        env.update({k: v for k, v in t_env.items() if k not in env})
+    return env
+
+
+def values(compiled: Any, name: str, v: np.ndarray) -> np.ndarray:
+    """Float values of tensor `name` of head, body or tail (codes or floats)."""
+    for part in (compiled.graph, getattr(compiled, "head", None), getattr(compiled, "tail", None)):
+        if part is not None and name in part.tensors:
+            return reference.to_values(part, name, v)
+    return np.asarray(v, dtype=np.float64)

@@ -1,0 +1,132 @@
+"""Scaled integers -> an integer Dense and float scales after it (FINN's streamlining).
+
+onnx_quant writes a quantizer with a non-power-of-two scale s and zero point z as
+s * (q - z) around integer codes q, and a weight quantizer's result as values c * w_j (integer
+codes c, a scale per output column; the scales are in graph meta `weight_scales`). A Dense on
+such operands computes
+
+    y_j = s * w_j * (q @ c)_j  -  s * z * w_j * sum_i c_ij  +  b_j
+
+so it becomes an exact integer Dense(q, c) followed by Mul(s * w_j) and Add(b'_j): float
+arithmetic on the accumulator, which passes/thresholds.py turns into exact thresholds before
+the next quantizer, or which stays a float tail run on the host (graphs/host.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..ir import Graph, Node, Tensor, prune
+from ..ops import Op
+from ..types import FixedType, type_for_range
+from ._util import single_consumer
+
+MAX_CODE = 1 << 24  # weight codes beyond this are not a quantizer's
+
+
+def factor_columns(w: np.ndarray, scales: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """w (K, N) == codes * scale[None, :] exactly, codes integers, each column's scale one of
+    `scales` (tried largest first: the fewest code bits); None if some column has none."""
+    codes = np.zeros_like(w, dtype=np.float64)
+    col_scale = np.ones(w.shape[1], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        for j in range(w.shape[1]):
+            col = w[:, j]
+            if not np.any(col):
+                continue
+            for s in scales:
+                c = np.round(col / s)
+                if np.all(np.abs(c) < MAX_CODE) and np.array_equal(c * s, col):
+                    codes[:, j], col_scale[j] = c, s
+                    break
+            else:
+                return None
+    return codes, col_scale
+
+
+def _scalar(g: Graph, name: str) -> float | None:
+    if not g.is_const(name):
+        return None
+    v = np.asarray(g.constants[name], dtype=np.float64)
+    u = np.unique(v)
+    return float(u[0]) if u.size == 1 else None
+
+
+def _input_scale(g: Graph, x: str) -> tuple[str, float, float, set[str]]:
+    """(codes tensor, scale, zero point, nodes absorbed) of a Dense input s * (q - z)."""
+    p = g.producer(x)
+    if p is None or p.op != Op.MUL or single_consumer(g, x) is None:
+        return x, 1.0, 0.0, set()
+    s = _scalar(g, p.inputs[1])
+    if s is None:
+        return x, 1.0, 0.0, set()
+    cur, z, used = p.inputs[0], 0.0, {p.name}
+    a = g.producer(cur)
+    if a is not None and a.op == Op.ADD and single_consumer(g, cur) is not None:
+        neg_z = _scalar(g, a.inputs[1])
+        if neg_z is not None:
+            cur, z, used = a.inputs[0], -neg_z, used | {a.name}
+    if not isinstance(g.tensor(cur).dtype, FixedType):
+        return x, 1.0, 0.0, set()
+    return cur, s, z, used
+
+
+def factor_scales(g: Graph) -> Graph:
+    scales = tuple(float(s) for s in (g.get_meta("weight_scales") or ()))
+    for d in list(g.nodes):
+        if d.op != Op.DENSE or g.tensor(d.outputs[0]).dtype is not None:
+            continue
+        src, s, z, used = _input_scale(g, d.inputs[0])
+        if not isinstance(g.tensor(src).dtype, FixedType):
+            continue
+        wname = d.inputs[1]
+        w = np.asarray(g.constants[wname], dtype=np.float64)
+        wt = g.tensor(wname).dtype
+        if isinstance(wt, FixedType):  # power-of-two weights: keep their type
+            codes, col_scale, new_w = w, np.ones(w.shape[1]), False
+        else:
+            f = factor_columns(w, scales) if scales else None
+            if f is None:
+                continue
+            codes, col_scale = f
+            new_w = True
+        if not new_w and s == 1.0 and z == 0.0:
+            continue
+        k = s * col_scale
+        b = (np.asarray(g.constants[d.inputs[2]], dtype=np.float64) if len(d.inputs) > 2
+             else np.zeros(w.shape[1]))
+        b2 = np.broadcast_to(b, (w.shape[1],)) - s * z * col_scale * codes.sum(axis=0)
+        consts, tensors = dict(g.constants), dict(g.tensors)
+        n_out = w.shape[1]
+
+        def const(name: str, v: np.ndarray, t: FixedType | None = None, consts=consts,
+                  tensors=tensors) -> str:
+            consts[name] = v
+            tensors[name] = Tensor(name, tuple(v.shape), t)
+            return name
+
+        cn = wname
+        if new_w:
+            cn = const(f"{d.name}_codes", codes,
+                       type_for_range(int(codes.min(initial=0)), int(codes.max(initial=0)), 0))
+        acc, scaled = f"{d.name}_acc", f"{d.name}_scaled"
+        for t in (acc, scaled):
+            tensors[t] = Tensor(t, (n_out,))
+        kv = np.asarray(k[0]) if np.all(k == k[0]) else k
+        has_bias = bool(np.any(b2))
+        new = [dataclasses.replace(d, inputs=(src, cn), outputs=(acc,)),
+               Node.make(f"{d.name}_scale", Op.MUL, [acc, const(f"{d.name}_k", kv)],
+                         [scaled if has_bias else d.outputs[0]])]
+        if has_bias:
+            new.append(Node.make(f"{d.name}_bias", Op.ADD, [scaled, const(f"{d.name}_b", b2)],
+                                 [d.outputs[0]]))
+        nodes = []
+        for n in g.nodes:
+            if n.name in used:
+                continue
+            nodes.extend(new if n.name == d.name else [n])
+        g = prune(g.replace(nodes=tuple(nodes), constants=consts, tensors=tensors))
+    return g
+
