@@ -56,9 +56,13 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
     Sigmoid: |dy| <= y (1 - y) E_z. 1 / (1 + exp(-z)) is within 4 u y (numpy: 3.8 u y measured;
            gpu-emu, CUDA); onnxruntime's (MLAS: a rational p/q + 0.5) is off by an absolute
            amount, up to 1.4 EPS on 2M points of [-30, 30]: 2 EPS y + 2 EPS for both sides.
+    Add/Sub/Mul/Div by a constant: one rounding of the result per side, E_y = |c| E_x + EPS |y|
+           (1/|c| for Div). BatchNorm: (x - m) s / sqrt(v + eps) + b in any order of its four
+           roundings: |k| E_x + 3 EPS ((|x| + |m|) |k| + |b|). ReLU and layout ops: E_x.
     Other ops have no model here: the function refuses them.
     """
     import modelcircuit as mc
+    from modelcircuit.graphs import reference
 
     g = c.graph
     vals = {k: np.asarray(v, dtype=np.float64) for k, v in mc.run(c, x, trace=True).items()}
@@ -78,6 +82,23 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
             e = 2 * y * err[z].max(axis=-1, keepdims=True) + (n + 4 + d) * EPS * y + 2 * TINY
         elif node.op == "Lut" and node.get("func") == "sigmoid":
             e = y * (1 - y) * err[z] + 2 * EPS * y + 2 * EPS
+        elif node.op in ("Add", "Sub", "Mul", "Div") and g.is_const(node.inputs[1]):
+            # one rounding per side, of the result; a difference on x scales by the constant
+            c = np.abs(np.asarray(g.constants[node.inputs[1]], dtype=np.float64))
+            gain = c if node.op == "Mul" else (1.0 / c if node.op == "Div" else 1.0)
+            e = err[z] * gain + EPS * np.abs(y) + TINY
+        elif node.op == "BatchNorm":
+            # y = (x - m) k + b, k = s / sqrt(v + eps): k itself (sqrt, division) and the
+            # subtraction, product and sum each round once, in whichever order a side uses
+            s_, b_, m_, v_ = (np.asarray(g.constants[i], dtype=np.float64)
+                              for i in node.inputs[1:5])
+            k = np.abs(s_ / np.sqrt(v_ + node.get("epsilon", 1e-5)))
+            e = err[z] * k + 3 * EPS * ((np.abs(vals[z]) + np.abs(m_)) * k + np.abs(b_)) + TINY
+        elif node.op == "Relu":
+            e = err[z]  # 1-Lipschitz, exact
+        elif node.op in ("Reshape", "Transpose"):
+            e = np.asarray(reference.OPS[node.op](g, node, [err[z].astype(np.float32)]),
+                           dtype=np.float64)
         else:
             raise AssertionError(f"no rounding model for {node.op} {node.attrs}: add one to "
                                  "tests/conftest.py float32_error_bound")

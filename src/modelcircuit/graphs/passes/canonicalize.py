@@ -25,6 +25,8 @@ def fuse_bias(g: Graph) -> Graph:
                 continue
             if g.tensor(d.outputs[0]).dtype is not None or g.tensor(add.outputs[0]).dtype is not None:
                 continue  # a typed Add: the model's own type, or the float tail on the host
+            if _float_operand(g, add) and all(g.tensor(i).dtype is not None for i in d.inputs):
+                continue  # a float bias on integer operands: exact as thresholds, not as a type
             n = g.tensor(d.outputs[0]).shape[0]
             c = np.broadcast_to(np.asarray(g.constants[add.inputs[1]]), (n,)).copy()
             cname = add.inputs[1]
@@ -72,21 +74,32 @@ def fold_batchnorm(g: Graph) -> Graph:
     return g
 
 
-_SCALING = frozenset({Op.MUL, Op.BATCHNORM})  # the float-chain ops whose constants are not exact
+_SCALING = frozenset({Op.MUL, Op.DIV, Op.BATCHNORM})  # float-chain ops whose constants are not exact
+
+
+def _inexact(g: Graph, n) -> bool:
+    """A float-chain op that no fixed-point type computes exactly: a scaling, or an Add/Sub
+    of a float constant the model did not quantize (a Brevitas float bias)."""
+    return n.op in _SCALING or (n.op in FLOAT_CHAIN and _float_operand(g, n))
+
+
+def _float_operand(g: Graph, n) -> bool:
+    return bool(g.get_meta("typed_by_model")) and any(
+        g.is_const(c) and g.tensor(c).dtype is None for c in n.inputs[1:] if c)
 
 
 def _after_float_chain(g: Graph, node) -> bool:
-    """Does an untyped Mul/BatchNorm feed `node` through element-wise ops? Then the whole
-    chain belongs to the thresholds pass, not to one exact op."""
+    """Does an untyped Mul/BatchNorm (or float bias) feed `node` through element-wise ops?
+    Then the whole chain belongs to the thresholds pass, not to one exact op."""
     cur = node
     while cur is not None and cur.op in FLOAT_CHAIN:
-        if cur is not node and cur.op in _SCALING:
+        if cur is not node and _inexact(g, cur):
             return True
         nxt = cur.inputs[0]
         if g.tensor(nxt).dtype is not None:
             return False
         cur = g.producer(nxt)
-        if cur is not None and cur.op in _SCALING:
+        if cur is not None and _inexact(g, cur):
             return True
     return False
 

@@ -8,7 +8,7 @@ such operands computes
     y_j = s * w_j * (q @ c)_j  -  s * z * w_j * sum_i c_ij  +  b_j
 
 so it becomes an exact integer Dense(q, c) followed by Mul(s * w_j) and Add(b'_j): float
-arithmetic on the accumulator, which passes/thresholds.py turns into exact thresholds before
+arithmetic on the accumulator (a float bias the model did not quantize moves out the same way), which passes/thresholds.py turns into exact thresholds before
 the next quantizer, or which stays a float tail run on the host (graphs/host.py).
 """
 
@@ -92,7 +92,9 @@ def factor_scales(g: Graph) -> Graph:
                 continue
             codes, col_scale = f
             new_w = True
-        if not new_w and s == 1.0 and z == 0.0:
+        float_bias = (len(d.inputs) > 2 and g.tensor(d.inputs[2]).dtype is None
+                      and bool(g.get_meta("typed_by_model")))
+        if not new_w and s == 1.0 and z == 0.0 and not float_bias:
             continue
         k = s * col_scale
         b = (np.asarray(g.constants[d.inputs[2]], dtype=np.float64) if len(d.inputs) > 2
@@ -116,12 +118,17 @@ def factor_scales(g: Graph) -> Graph:
             tensors[t] = Tensor(t, (n_out,))
         kv = np.asarray(k[0]) if np.all(k == k[0]) else k
         has_bias = bool(np.any(b2))
-        new = [dataclasses.replace(d, inputs=(src, cn), outputs=(acc,)),
-               Node.make(f"{d.name}_scale", Op.MUL, [acc, const(f"{d.name}_k", kv)],
-                         [scaled if has_bias else d.outputs[0]])]
+        new = [dataclasses.replace(d, inputs=(src, cn), outputs=(acc,))]
+        if np.all(k == 1.0):
+            scaled = acc
+        else:
+            new.append(Node.make(f"{d.name}_scale", Op.MUL, [acc, const(f"{d.name}_k", kv)],
+                                 [scaled if has_bias else d.outputs[0]]))
         if has_bias:
             new.append(Node.make(f"{d.name}_bias", Op.ADD, [scaled, const(f"{d.name}_b", b2)],
                                  [d.outputs[0]]))
+        elif scaled == acc:  # nothing to apply: the Dense computes the output itself
+            new = [dataclasses.replace(d, inputs=(src, cn))]
         nodes = []
         for n in g.nodes:
             if n.name in used:

@@ -1,10 +1,14 @@
-"""Float arithmetic between two quantizers -> exact MultiThreshold (FINN's, derived
-exhaustively).
+"""Float arithmetic between two quantizers -> exact MultiThreshold (FINN's streamlining).
 
-The chain's input is an integer code with a small known range, so the compiler runs the
-float chain with onnxruntime (float32, as the model's own execution does) on every possible
-code, applies the model's quantizer, and keeps the points where the output code steps.
-The result equals the float model's execution exactly, by construction.
+The chain's input is an integer code with a known range (a Dense's exact accumulator range
+from its constant weights), so the compiler evaluates the float chain (onnxruntime, float64:
+the model's float constants exactly, no float32 rounding of its own) on the input codes,
+applies the model's quantizer, and keeps the points where the output code steps: code by code
+for ranges up to MAX_CODES, by bisection per output level beyond (every chain op is monotone
+per channel). The result is the model's arithmetic done exactly and rounded once by its
+quantizer. A float32 execution of the model (QONNX's) agrees except where its own float32
+rounding moves a value across a quantizer's rounding boundary (tests/graphs/
+test_exporter_models.py checks each such case is one).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def _to_onnx(g: Graph, chain: list[Node], channels: int) -> onnx.ModelProto:
     for n in chain:
         ins = [n.inputs[0]]
         for c in n.inputs[1:]:
-            v = np.asarray(g.constants[c], dtype=np.float32)
+            v = np.asarray(g.constants[c], dtype=np.float64)
             if n.op != Op.BATCHNORM and v.ndim == 1 and v.shape[0] == channels:
                 v = v.reshape(1, channels)
             inits.append(numpy_helper.from_array(v, c))
@@ -51,8 +55,8 @@ def _to_onnx(g: Graph, chain: list[Node], channels: int) -> onnx.ModelProto:
         op = {Op.BATCHNORM: "BatchNormalization"}.get(n.op, str(n.op))  # ONNX op names
         kw = {"epsilon": BatchNormAttrs.of(n).epsilon} if n.op == Op.BATCHNORM else {}
         nodes.append(helper.make_node(op, ins, list(n.outputs), **kw))
-    gi = helper.make_tensor_value_info(src, TensorProto.FLOAT, None)
-    go = helper.make_tensor_value_info(chain[-1].outputs[0], TensorProto.FLOAT, None)
+    gi = helper.make_tensor_value_info(src, TensorProto.DOUBLE, None)
+    go = helper.make_tensor_value_info(chain[-1].outputs[0], TensorProto.DOUBLE, None)
     graph = helper.make_graph(nodes, "chain", [gi], [go], initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
@@ -159,7 +163,7 @@ def float_chains_to_thresholds(g: Graph) -> Graph:
         quantize = _quantizer(g, r)
 
         def run(codes: np.ndarray, sess=sess, quantize=quantize, t=t, src=src) -> np.ndarray:
-            x = fx.to_float(codes, t).astype(np.float32)
+            x = fx.to_float(codes, t).astype(np.float64)
             y = sess.run(None, {src: x})[0].astype(np.float64)
             return quantize(y)
 
