@@ -348,3 +348,30 @@ def test_host_values_of_a_codes_tensor():
     assert np.array_equal(host.decode(c, codes), mc.run(c, x))
     assert reference.execute(c.graph, [host.encode(c, x)], inputs_are_codes=True)[
         c.graph.outputs[0]].shape == codes.shape
+
+
+def test_expanded_batchnorm_folds_into_the_dense_in_fixed_point():
+    """A float model's BatchNorm written as Add/Mul/Mul/Add after a Gemm folds back into the
+    Gemm (one requantization), as a BatchNormalization node does."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((8, 4)), rng.standard_normal(4)
+    m_, v_, s_, b2 = (rng.uniform(0.5, 1.5, 4) for _ in range(4))
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in [
+        ("w", w), ("b", b), ("m", m_), ("d", np.sqrt(v_ + 1e-5)), ("s", s_), ("b2", b2)]]
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"]),
+             helper.make_node("Sub", ["g", "m"], ["t1"]), helper.make_node("Div", ["t1", "d"], ["t2"]),
+             helper.make_node("Mul", ["t2", "s"], ["t3"]), helper.make_node("Add", ["t3", "b2"], ["y"])]
+    gr = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], inits)
+    model = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 13)])
+    c = mc.compile(mc.graphs.onnx_import.import_model(model, "expanded"), precision="fixed<16,6>")
+    assert [n.op for n in c.graph.nodes] == ["Dense"]
+    x = np.random.default_rng(1).uniform(-1, 1, (100, 8)).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = mc.run(c, x)
+    # fixed<16,6> (lsb 2**-10, truncation): the folded weights' and bias' quantization
+    # (8 weights of error < lsb times |x| <= 1, one bias) and one rounding of the result
+    assert np.max(np.abs(got - want)) <= 2.0 ** -10 * (8 + 1 + 1)

@@ -45,3 +45,28 @@ def test_scaled_dense_equals_its_float_definition(zero_point):
     direct = (s * (q - zero_point)) @ (codes * w) + b
     rewritten = (s * w) * (q @ codes) + (b - s * zero_point * w * codes.sum(axis=0))
     assert np.allclose(direct, rewritten, rtol=1e-12, atol=1e-12)
+
+
+def test_per_feature_activation_scale_into_dense_is_refused(tmp_path):
+    """A per-feature (non-uniform) activation scale feeding a MatMul: one clear line."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tests.hostile import assert_refused, run_cli
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in [
+        ("s", rng.uniform(0.01, 0.1, (1, 8))), ("z", np.zeros(())), ("b", np.array(4.0)),
+        ("w", rng.standard_normal((8, 3)))]]
+    nodes = [helper.make_node("Quant", ["x", "s", "z", "b"], ["q"], domain="qonnx.custom_op.general",
+                              signed=1, narrow=0, rounding_mode="ROUND"),
+             helper.make_node("MatMul", ["q", "w"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
+                                            helper.make_opsetid("qonnx.custom_op.general", 1)])
+    p = tmp_path / "m.onnx"
+    onnx.save(m, str(p))
+    err = assert_refused(run_cli(["compile", str(p), "--target", "golden", "--out",
+                                  str(tmp_path / "o")]), "per-feature activation scales")
+    assert "Mul" in err and not (tmp_path / "o").exists()

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from ..ir import Graph, prune
-from ..ops import EXACT_PRODUCERS, FLOAT_CHAIN, BatchNormAttrs, Op
+from ..ir import Graph, Tensor, prune
+from ..ops import EXACT_PRODUCERS, FLOAT_CHAIN, BatchNormAttrs, DenseAttrs, Op
 from ._util import single_consumer, splice
 
 
@@ -42,35 +42,73 @@ def fuse_bias(g: Graph) -> Graph:
     return g
 
 
-def fold_batchnorm(g: Graph) -> Graph:
-    """BatchNorm after a float Dense folds into its weights and bias (in float64).
+def _per_feature(g: Graph, name: str, n: int) -> np.ndarray | None:
+    """A constant as one value per output feature (shape (n,)), or None if it is not one."""
+    v = np.asarray(g.constants[name], dtype=np.float64)
+    if v.size == 1:
+        return np.full(n, float(v.reshape(-1)[0]))
+    if v.size == n and v.shape[-1] == n:
+        return v.reshape(n)
+    return None
 
-    A BatchNorm after a Dense with model-quantized weights stays: it is float arithmetic
-    between two quantizers and becomes thresholds later.
+
+def _affine(g: Graph, node, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(k, c) with node(x) = x * k + c per feature, for a per-feature affine op."""
+    if node.op == Op.BATCHNORM:
+        s, b, m, v = (np.asarray(g.constants[i], dtype=np.float64).reshape(-1)
+                      for i in node.inputs[1:5])
+        k = s / np.sqrt(v + BatchNormAttrs.of(node).epsilon)
+        return k, b - m * k
+    if node.op not in (Op.ADD, Op.SUB, Op.MUL, Op.DIV) or len(node.inputs) != 2:
+        return None
+    if not g.is_const(node.inputs[1]):
+        return None
+    c = _per_feature(g, node.inputs[1], n)
+    if c is None or (node.op == Op.DIV and np.any(c == 0)):
+        return None
+    one, zero = np.ones(n), np.zeros(n)
+    return {Op.ADD: (one, c), Op.SUB: (one, -c), Op.MUL: (c, zero),
+            Op.DIV: (1.0 / c, zero)}[node.op]
+
+
+def fold_batchnorm(g: Graph) -> Graph:
+    """A BatchNorm, or a per-feature Add/Sub/Mul/Div by a constant (a BatchNorm the exporter
+    expanded into element-wise ops), after a float Dense folds into its weights and bias (in
+    float64): one requantization instead of one per op in fixed point.
+
+    After a Dense with model-quantized weights it stays: it is float arithmetic between two
+    quantizers and becomes thresholds later (or the host tail).
     """
-    for bn in list(g.nodes):
-        if bn.op != Op.BATCHNORM:
-            continue
-        d = g.producer(bn.inputs[0])
-        if d is None or d.op != Op.DENSE or single_consumer(g, d.outputs[0]) is None:
-            continue
-        if g.tensor(d.inputs[1]).dtype is not None or g.tensor(d.outputs[0]).dtype is not None:
-            continue
-        s, b, m, v = (np.asarray(g.constants[n], dtype=np.float64) for n in bn.inputs[1:5])
-        k = s / np.sqrt(v + BatchNormAttrs.of(bn).epsilon)
-        W = np.asarray(g.constants[d.inputs[1]], dtype=np.float64) * k[None, :]
-        b0 = (np.asarray(g.constants[d.inputs[2]], dtype=np.float64)
-              if len(d.inputs) > 2 else np.zeros_like(k))
-        consts = dict(g.constants)
-        tensors = dict(g.tensors)
-        wn, bn_name = f"{d.name}_W_bn", f"{d.name}_b_bn"
-        consts[wn], consts[bn_name] = W, (b0 - m) * k + b
-        tensors[wn] = dataclasses.replace(g.tensor(d.inputs[1]), name=wn)
-        tensors[bn_name] = dataclasses.replace(g.tensor(bn.inputs[2]), name=bn_name,
-                                               shape=(W.shape[1],))
-        nd = dataclasses.replace(d, inputs=(d.inputs[0], wn, bn_name), outputs=bn.outputs)
-        g = prune(g.replace(nodes=splice(g, {bn.name}, {d.name: nd}), constants=consts,
-                            tensors=tensors))
+    changed = True
+    while changed:
+        changed = False
+        for d in g.nodes:
+            if d.op != Op.DENSE or DenseAttrs.of(d).relu:
+                continue
+            nxt = single_consumer(g, d.outputs[0])
+            if nxt is None or nxt.inputs[0] != d.outputs[0]:
+                continue
+            if g.tensor(d.inputs[1]).dtype is not None or g.tensor(d.outputs[0]).dtype is not None:
+                continue
+            if g.tensor(nxt.outputs[0]).dtype is not None:
+                continue
+            w = np.asarray(g.constants[d.inputs[1]], dtype=np.float64)
+            aff = _affine(g, nxt, w.shape[1])
+            if aff is None:
+                continue
+            k, c = aff
+            b0 = (np.asarray(g.constants[d.inputs[2]], dtype=np.float64).reshape(-1)
+                  if len(d.inputs) > 2 else np.zeros(w.shape[1]))
+            consts, tensors = dict(g.constants), dict(g.tensors)
+            wn, bname = f"{nxt.name}_W", f"{nxt.name}_b"
+            consts[wn], consts[bname] = w * k[None, :], b0 * k + c
+            tensors[wn] = dataclasses.replace(g.tensor(d.inputs[1]), name=wn)
+            tensors[bname] = Tensor(bname, (w.shape[1],))
+            nd = dataclasses.replace(d, inputs=(d.inputs[0], wn, bname), outputs=nxt.outputs)
+            g = prune(g.replace(nodes=splice(g, {nxt.name}, {d.name: nd}), constants=consts,
+                                tensors=tensors))
+            changed = True
+            break
     return g
 
 

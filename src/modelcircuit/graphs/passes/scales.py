@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from ..ir import Graph, Node, Tensor, prune
+from ..ir import Graph, GraphError, Node, Tensor, prune
 from ..ops import Op
 from ..types import FixedType, type_for_range
 from ._util import single_consumer
@@ -61,6 +61,12 @@ def _input_scale(g: Graph, x: str) -> tuple[str, float, float, set[str]]:
         return x, 1.0, 0.0, set()
     s = _scalar(g, p.inputs[1])
     if s is None:
+        if g.is_const(p.inputs[1]) and isinstance(g.tensor(p.inputs[0]).dtype, FixedType):
+            raise GraphError(
+                f"node {p.name} (Mul): a quantizer with one scale per feature feeds a Dense "
+                f"({[c.name for c in g.consumers(x)][0]}); per-feature activation scales times "
+                "the weights have no integer form (per-tensor activation scales and "
+                "per-output-channel weight scales are supported)")
         return x, 1.0, 0.0, set()
     cur, z, used = p.inputs[0], 0.0, {p.name}
     a = g.producer(cur)
