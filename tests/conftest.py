@@ -138,21 +138,15 @@ def tail_error_bound(c, x: np.ndarray) -> np.ndarray:
     magnitudes come from running the tail on |values| with |constants| (no cancellation), so
     two float32 evaluations of the same tail differ by at most ops * eps * magnitude."""
 
-    from modelcircuit.graphs import reference
+    from modelcircuit.graphs import host, reference
 
     tail, g = c.tail, c.graph
     vals = np.abs(reference.to_values(g, g.outputs[0],
-                                      reference.execute(g, [mc_encode(c, x)],
+                                      reference.execute(g, [host.encode(c, x)],
                                                         inputs_are_codes=True)[g.outputs[0]]))
     absg = tail.replace(constants={k: np.abs(v) for k, v in tail.constants.items()})
     mag = reference.execute(absg, [vals.astype(np.float32)])[tail.outputs[0]].astype(np.float64)
     return len(tail.nodes) * 2.0 ** -23 * mag
-
-
-def mc_encode(c, x: np.ndarray) -> np.ndarray:
-    from modelcircuit.graphs import host
-
-    return host.encode(c, x)
 
 
 @cache

@@ -79,7 +79,9 @@ def trace(compiled: Any, x: np.ndarray) -> dict[str, np.ndarray]:
     head, tail, g = getattr(compiled, "head", None), getattr(compiled, "tail", None), compiled.graph
     if head is not None:
         env.update(reference.execute(head, [x], trace=True))
-    codes = encode(compiled, x)
+        codes = env[head.outputs[0]]
+    else:
+        codes = encode(compiled, x)
     env.update(reference.execute(g, [codes], trace=True, inputs_are_codes=True))
     if tail is not None:
         vals = reference.to_values(g, g.outputs[0], env[g.outputs[0]]).astype(np.float32)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,7 @@ def load_artifact_graph(path: str | Path) -> tuple[Graph, dict[str, Any]]:
     """graph.json + weights.npz (+ the manifest) of an artifact folder; any malformed part is
     one GraphError. Integrity (hashes, graph id) is checked by artifact.load_artifact."""
     p = Path(path)
-    try:
+    with _readable(p):
         manifest = json.loads((p / "manifest.json").read_text())
         d = json.loads((p / "graph.json").read_text())
         with np.load(p / "weights.npz", allow_pickle=False) as z:
@@ -63,11 +65,6 @@ def load_artifact_graph(path: str | Path) -> tuple[Graph, dict[str, Any]]:
         if not isinstance(manifest, dict) or not isinstance(d, dict):
             raise ValueError("manifest.json and graph.json must hold JSON objects")
         g = graph_from_json(d, consts)
-    except RecursionError:
-        raise GraphError(f"{p} is not a readable modelcircuit artifact: nested too deeply") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise GraphError(f"{p} is not a readable modelcircuit artifact: {msg}") from None
     try:
         verify_graph(g)  # what the backends read (ops.attrs) is well formed
     except GraphError as e:
@@ -80,7 +77,7 @@ def load_host_parts(path: str | Path) -> tuple[Graph | None, Graph | None]:
     p = Path(path)
     if not (p / "host.json").exists():
         return None, None
-    try:
+    with _readable(p, " (host.json)"):
         d = json.loads((p / "host.json").read_text())
         with np.load(p / "host.npz", allow_pickle=False) as z:
             consts = {k: z[k] for k in z.files}
@@ -91,9 +88,17 @@ def load_host_parts(path: str | Path) -> tuple[Graph | None, Graph | None]:
             pre = f"{key}/"
             parts[key] = verify_graph(graph_from_json(
                 gd, {k[len(pre):]: v for k, v in consts.items() if k.startswith(pre)}))
+    return parts.get("head"), parts.get("tail")
+
+
+@contextlib.contextmanager
+def _readable(p: Path, part: str = "") -> Iterator[None]:
+    """Any malformed file read inside becomes one GraphError naming the artifact."""
+    where = f"{p} is not a readable modelcircuit artifact{part}"
+    try:
+        yield
     except RecursionError:
-        raise GraphError(f"{p} is not a readable modelcircuit artifact: nested too deeply") from None
+        raise GraphError(f"{where}: nested too deeply") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise GraphError(f"{p} is not a readable modelcircuit artifact (host.json): {msg}") from None
-    return parts.get("head"), parts.get("tail")
+        raise GraphError(f"{where}: {msg}") from None
