@@ -311,6 +311,17 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--board")
     b.add_argument("--out")
     b.set_defaults(fn=cmd_build)
+    # the optional extras' commands: their modules import ray / starlette only when run
+    from .serve import cli as serve_cli
+    from .sweep import cli as sweep_cli
+
+    s = sub.add_parser("sweep", help="design-space exploration: precision x reuse x device "
+                                     "(Ray; extra [sweep])")
+    sweep_cli.add_arguments(s)
+    s.set_defaults(fn=sweep_cli.run)
+    r = sub.add_parser("serve", help="serve compiled artifacts over HTTP (extra [serve])")
+    serve_cli.add_arguments(r)
+    r.set_defaults(fn=serve_cli.run)
     return ap
 
 

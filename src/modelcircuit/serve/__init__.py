@@ -1,0 +1,1 @@
+"""`modelcircuit serve` (optional extra [serve]); heavy dependencies are imported lazily."""

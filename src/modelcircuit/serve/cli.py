@@ -1,0 +1,13 @@
+"""Arguments and entry point of `modelcircuit serve` (placeholder until implemented)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of the subcommand; must not import the extra's packages."""
+
+
+def run(a: argparse.Namespace) -> int:
+    raise NotImplementedError("modelcircuit serve is not implemented yet")

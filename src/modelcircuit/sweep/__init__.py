@@ -1,0 +1,1 @@
+"""`modelcircuit sweep` (optional extra [sweep]); heavy dependencies are imported lazily."""
