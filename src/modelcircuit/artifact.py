@@ -14,6 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .graphs.atomic import atomic_dir, written_files
 from .graphs.cost import ledger, totals
 from .graphs.identity import graph_id
@@ -33,6 +35,10 @@ TARGETS = ("golden", "gpu", "verilog", "fpga")
 FORMAT = "modelcircuit-artifact/1"
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_ARTIFACT_FILE_BYTES = 4 << 30
+SELFCHECK = "selfcheck.npz"  # targets golden and gpu: what `modelcircuit serve` checks at start
+SELFCHECK_TARGETS = ("golden", "gpu")
+SELFCHECK_VECTORS = 16
+SELFCHECK_ELEMENTS = 1 << 18  # input elements in all: a 512x512x3 frame stores 1 vector, not 16
 
 
 def tool_versions() -> dict[str, str]:
@@ -79,6 +85,25 @@ def file_hashes(folder: Path) -> dict[str, str]:
     """sha256 of every file of an artifact but the manifest (which holds these)."""
     return {rel: hashlib.sha256((folder / rel).read_bytes()).hexdigest()
             for rel in written_files(folder) if rel != "manifest.json"}
+
+
+def selfcheck_vectors(compiled: CompiledGraph) -> dict[str, np.ndarray]:
+    """Self-check vectors stored in a servable artifact: seeded normal inputs (float32) at
+    magnitudes from 1/4 to 16 (so saturation and the tables' ends are reached too) and the
+    golden model's output codes (float32 values for a float graph) on them. A server runs them
+    through its backend before it reports ready; a mismatch means it would answer wrongly.
+    Big frames (CNNs) store fewer vectors, at least one, so that artifacts and compile time
+    stay small."""
+    from .graphs import host, reference
+
+    shape = host.input_shape(compiled)
+    per = max(1, int(np.prod(shape, dtype=np.int64)))
+    n = int(min(SELFCHECK_VECTORS, max(1, SELFCHECK_ELEMENTS // per)))
+    scale = (2.0 ** np.linspace(-2, 4, n)).reshape((n,) + (1,) * len(shape))
+    x = (np.random.default_rng(0).standard_normal((n,) + shape) * scale).astype(np.float32)
+    g = compiled.graph
+    out = reference.execute(g, [host.encode(compiled, x)], inputs_are_codes=True)[g.outputs[0]]
+    return {"inputs": x, "expected": np.asarray(out)}
 
 
 def load_artifact(path: str | Path) -> tuple[Graph, dict[str, Any]]:
@@ -159,6 +184,8 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
             (d / "host.json").write_text(dumps({k: graph_to_json(v) for k, v in parts.items()}))
             (d / "host.npz").write_bytes(npz_bytes(
                 {f"{k}/{n}": a for k, v in parts.items() for n, a in v.constants.items()}))
+        if target in SELFCHECK_TARGETS:
+            (d / SELFCHECK).write_bytes(npz_bytes(selfcheck_vectors(compiled)))
         extra["files"] = file_hashes(d)
         (d / "manifest.json").write_text(dumps(manifest(compiled, target, extra)))
 
