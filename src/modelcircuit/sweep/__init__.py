@@ -1,1 +1,0 @@
-"""`modelcircuit sweep` (optional extra [sweep]); heavy dependencies are imported lazily."""
