@@ -6,9 +6,12 @@ latency (cycles), II, real multipliers (zero weights and powers of two
 excluded), register bits (flip-flops in the RTLIL netlist), Verilog lines, and the time to
 lower and convert (Amaranth elaboration + builtin yosys). With --sim, also checks a few
 vectors bit-exact in amaranth.sim and reports the simulated latency.
+With --strategy mult,da (Dense at R=1 as products, or as shared adder graphs: hdl/cmvm.py)
+each row is timed --repeat times (median) and the table gives each strategy's time as a
+ratio to the first strategy's in the same run ("mult", the old path, by default).
 Prints a table and writes JSON (bench/results/hdl.json by default).
 Run: .venv/bin/python bench/hdl.py [--reuse 1,2,4,8] [--model jet|digits|all]
-     [--pipeline latency,fmax] [--sim] [--json FILE]
+     [--pipeline latency,fmax] [--strategy mult,da] [--repeat 3] [--sim] [--json FILE]
 """
 
 from __future__ import annotations
@@ -56,25 +59,38 @@ def main() -> int:
     ap.add_argument("--precision", default="fixed<16,6>")
     ap.add_argument("--pipeline", default="latency,fmax")
     ap.add_argument("--sim", action="store_true")
+    ap.add_argument("--strategy", default="mult")
+    ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "hdl.json"))
     a = ap.parse_args()
     rows = []
     models = list(MODELS) if a.model == "all" else [a.model]
-    hdr = f"{'model':8} {'pipeline':8} {'L':>2} {'R':>3} {'latency':>7} {'II':>3} {'mults':>6} {'reg bits':>8} " \
-          f"{'v lines':>8} {'compile s':>9}"
+    hdr = f"{'model':8} {'strategy':8} {'pipeline':8} {'L':>2} {'R':>3} {'latency':>7} {'II':>3} " \
+          f"{'mults':>6} {'reg bits':>8} {'v lines':>8} {'compile s':>9} {'ratio':>6}"
     print(hdr)
     print("-" * len(hdr))
     for name in models:
         if not MODELS[name].exists():
             print(f"{name}: model missing, skipped")
             continue
-        c = mc.compile(mc.load_onnx(str(MODELS[name])), precision=a.precision)
-        for pipe, r in [(p, int(v)) for p in a.pipeline.split(",") for v in a.reuse.split(",")]:
-            with tempfile.TemporaryDirectory() as d:
-                t0 = time.perf_counter()
-                info = export_verilog(c, d, reuse=r, pipeline=pipe)
-                dt = time.perf_counter() - t0
-            row = {"model": name, "precision": a.precision, "pipeline": pipe,
+        strategies = a.strategy.split(",")
+        base: dict[tuple[str, int], float] = {}
+        for strat, pipe, r in [(s, p, int(v)) for s in strategies for p in a.pipeline.split(",")
+                               for v in a.reuse.split(",")]:
+            times = []
+            for _ in range(max(1, a.repeat)):  # ONNX -> Verilog: load, compile, export
+                with tempfile.TemporaryDirectory() as d:
+                    t0 = time.perf_counter()
+                    c = mc.compile(mc.load_onnx(str(MODELS[name])), precision=a.precision,
+                                   strategy=strat)
+                    info = export_verilog(c, d, reuse=r, pipeline=pipe)
+                    times.append(time.perf_counter() - t0)
+            dt = float(np.median(times))
+            base.setdefault((pipe, r), dt)
+            ratio = dt / base[(pipe, r)]
+            row = {"model": name, "precision": a.precision, "pipeline": pipe, "strategy": strat,
+                   "compile_s_all": [round(t, 2) for t in times],
+                   "ratio_to_first_strategy": round(ratio, 3),
                    "adder_levels": info["adder_levels"], "reuse": r,
                    "latency": info["latency"], "ii": info["ii"],
                    "multipliers": info["multipliers"], "shifts": info["shifts"],
@@ -85,8 +101,9 @@ def main() -> int:
             if a.sim:
                 row.update(sim_check(c, r, pipe))
             rows.append(row)
-            print(f"{name:8} {pipe:8} {row['adder_levels']:>2} {r:>3} {row['latency']:>7} {row['ii']:>3} {row['multipliers']:>6} "
-                  f"{row['register_bits']:>8} {row['verilog_lines']:>8} {dt:>9.1f}"
+            print(f"{name:8} {strat:8} {pipe:8} {row['adder_levels']:>2} {r:>3} {row['latency']:>7} "
+                  f"{row['ii']:>3} {row['multipliers']:>6} "
+                  f"{row['register_bits']:>8} {row['verilog_lines']:>8} {dt:>9.1f} {ratio:>6.2f}"
                   + (f"  sim: exact={row['sim_bit_exact']} lat={row['sim_latency']}"
                      if a.sim else ""))
             sys.stdout.flush()

@@ -59,10 +59,14 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
     Add/Sub/Mul/Div by a constant: one rounding of the result per side, E_y = |c| E_x + EPS |y|
            (1/|c| for Div). BatchNorm: (x - m) s / sqrt(v + eps) + b in any order of its four
            roundings: |k| E_x + 3 EPS ((|x| + |m|) |k| + |b|). ReLU and layout ops: E_x.
+    Conv: a Dense per window (fan-in K = window x Cin/group), the same formula with window
+           sums. MaxPool, Resize, Concat and layout ops: E_x moved (a max of values differing
+           by E is within max E). AvgPool: the mean of E_x plus sqrt(K + 1) EPS mean |x|.
     Other ops have no model here: the function refuses them.
     """
     import modelcircuit as mc
     from modelcircuit.graphs import reference
+    from modelcircuit.graphs.ops import ConvAttrs
 
     g = c.graph
     vals = {k: np.asarray(v, dtype=np.float64) for k, v in mc.run(c, x, trace=True).items()}
@@ -94,9 +98,33 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
                               for i in node.inputs[1:5])
             k = np.abs(s_ / np.sqrt(v_ + node.get("epsilon", 1e-5)))
             e = err[z] * k + 3 * EPS * ((np.abs(vals[z]) + np.abs(m_)) * k + np.abs(b_)) + TINY
+        elif node.op == "Conv":
+            # a Dense per window and group (fan-in K = window * Cin/group), the same model:
+            # the window sums of err**2 * W**2 and of |x| * |W| (padding adds nothing)
+            a = ConvAttrs.of(node)
+            w = np.asarray(g.constants[node.inputs[1]], dtype=np.float64)
+            b = (np.abs(np.asarray(g.constants[node.inputs[2]], dtype=np.float64))
+                 if len(node.inputs) > 2 else 0.0)
+            out_sp = tuple(g.tensor(node.outputs[0]).shape[:-1])
+            k = int(np.prod(w.shape[:-1]))
+            e = (np.sqrt(reference.conv_sum(err[z] ** 2, w ** 2, a, out_sp))
+                 + np.sqrt(k + 1) * EPS * (reference.conv_sum(np.abs(vals[z]), np.abs(w), a,
+                                                              out_sp) + b))  # ReLU: 1-Lipschitz
+        elif node.op == "MaxPool":
+            e = np.asarray(reference.OPS[node.op](g, node, [err[z].astype(np.float32)]),
+                           dtype=np.float64)  # max is 1-Lipschitz in the max norm, exact
+        elif node.op == "AvgPool":
+            # a window sum of K (K roundings) and a division (one more): a mean of the
+            # errors on x plus sqrt(K + 1) EPS times the mean of |x|
+            k = int(np.prod(node.get("kernel")))
+            mean = [np.asarray(reference.OPS[node.op](g, node, [v.astype(np.float32)]),
+                               dtype=np.float64) for v in (err[z], np.abs(vals[z]))]
+            e = mean[0] + np.sqrt(k + 1) * EPS * mean[1] + TINY
+        elif node.op == "Concat":
+            e = np.concatenate([err[i] for i in node.inputs], axis=node.get("axis") + 1)
         elif node.op == "Relu":
             e = err[z]  # 1-Lipschitz, exact
-        elif node.op in ("Reshape", "Transpose"):
+        elif node.op in ("Reshape", "Transpose", "Resize", "Gather"):
             e = np.asarray(reference.OPS[node.op](g, node, [err[z].astype(np.float32)]),
                            dtype=np.float64)
         else:

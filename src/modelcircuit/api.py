@@ -15,17 +15,19 @@ from .graphs.types import NumType
 from .sim.backends import BACKENDS as BACKEND_TABLE
 from .sim.backends import run_backend
 
-__all__ = ["compile", "load_onnx", "run", "BACKENDS"]
+__all__ = ["compile", "load_onnx", "run", "sweep", "BACKENDS"]
 BACKENDS = tuple(BACKEND_TABLE)
 
 
 def compile(graph: Graph, precision: str | NumType | None = None,  # noqa: A001
             reuse: int | str = 1, profile: str | None = None,
             per_layer: Mapping[str, Any] | None = None, calibrate: np.ndarray | None = None,
-            table_bits: int = 10) -> CompiledGraph:
-    """Compile ahead of time: shapes, types, tables, schedule are all fixed here."""
+            table_bits: int = 10, strategy: str = "mult") -> CompiledGraph:
+    """Compile ahead of time: shapes, types, tables, schedule are all fixed here.
+    `strategy`: how the HDL backend builds Dense layers at R = 1 (mult | da | auto)."""
     return compile_graph(graph, precision=precision, per_layer=per_layer, calibrate=calibrate,
-                         reuse=reuse, profile=profile, table_bits=table_bits)
+                         reuse=reuse, profile=profile, table_bits=table_bits,
+                         strategy=strategy)
 
 
 def run(compiled: CompiledGraph, x: np.ndarray, backend: str = "golden", trace: bool = False,
@@ -58,3 +60,12 @@ def run(compiled: CompiledGraph, x: np.ndarray, backend: str = "golden", trace: 
         out, _notes = run_backend(backend, compiled, codes_in)
     out = np.asarray(out)
     return out if codes else host.decode(compiled, out)
+
+
+def sweep(model: str | None = None, **options: Any) -> dict[str, Any]:
+    """Design-space exploration (`modelcircuit sweep`): precision x reuse x device on Ray
+    (extra [sweep]); options as modelcircuit.explore.run.sweep. Imported lazily: Ray and
+    matplotlib load only when a sweep runs."""
+    from .explore.run import sweep as run_sweep
+
+    return run_sweep(model, **options)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .data import DEFAULT_MODEL, bundled
+from .data import DEFAULT_MODEL, DIGITS_MODELS, bundled
 from .graphs.atomic import check_out_dir
 from .graphs.userio import load_array, parse_precision, shown
 
@@ -64,7 +64,8 @@ def compile_from_args(a: argparse.Namespace) -> Any:
     reuse = parse_reuse(getattr(a, "reuse", None))
     return compile(graph, precision=precision, per_layer=per_layer, calibrate=cal,
                    reuse=reuse if reuse is not None else 1, profile=getattr(a, "profile", None),
-                   table_bits=getattr(a, "table_bits", 10))
+                   table_bits=getattr(a, "table_bits", 10),
+                   strategy=getattr(a, "strategy", None) or "mult")
 
 
 def parse_reuse(text: str | None) -> int | str | None:
@@ -175,13 +176,13 @@ def select_inputs(a: argparse.Namespace, shape: tuple[int, ...]
                              f"the model's input: need (N, {', '.join(map(str, shape))})")
         x = x.reshape((x.shape[0],) + tuple(shape))
         return (x[:n] if n else x), None, f"{shown(a.inputs)} ({min(n or len(x), len(x))} vectors)"
-    if a.model is None or Path(a.model).resolve() == bundled(DEFAULT_MODEL).resolve():
+    if a.model is None or Path(a.model).resolve() in {bundled(m).resolve() for m in DIGITS_MODELS}:
         d = np.load(bundled("digits_test.npz"))
         x, y = d["x"], d["y"]
         if n:
             x, y = x[:n], y[:n]
         return x.reshape((len(x),) + tuple(shape)), y, \
-            f"bundled {Path(DEFAULT_MODEL).stem} test split ({len(x)} vectors)"
+            f"bundled digits test split ({len(x)} vectors)"
     n = n or DEFAULT_VECTORS
     x = np.random.default_rng(a.seed).standard_normal((n,) + tuple(shape)).astype(np.float32)
     return x, None, f"{n} random normal vectors (seed {a.seed})"
@@ -258,6 +259,10 @@ def _precision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", help="fixed<W,I>, ufixed<W,I>, float32, or a per-layer JSON file")
     p.add_argument("--calibrate", metavar="X.npy", help="choose integer bits from sample inputs")
     p.add_argument("--reuse", help="reuse factor N or 'auto' (HDL)")
+    p.add_argument("--strategy", choices=["mult", "da", "auto"],
+                   help="HDL Dense layers at R=1: mult (products, default), da (shared adder "
+                        "graphs, no multipliers), auto (per layer, DSPs where the device has "
+                        "them to spare)")
     p.add_argument("--profile", help="hardware profile (see `modelcircuit profiles`)")
     p.add_argument("--table-bits", type=_int_in(4, 16), default=10, help="lookup-table index bits")
 
@@ -312,8 +317,8 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--out")
     b.set_defaults(fn=cmd_build)
     # the optional extras' commands: their modules import ray / starlette only when run
+    from .explore import cli as sweep_cli
     from .serve import cli as serve_cli
-    from .sweep import cli as sweep_cli
 
     s = sub.add_parser("sweep", help="design-space exploration: precision x reuse x device "
                                      "(Ray; extra [sweep])")

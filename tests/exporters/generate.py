@@ -1,10 +1,11 @@
-"""Write small digits MLPs with the real exporters, for tests/data/exporters/.
+"""Write small digits MLPs (and CNNs) with the real exporters, for tests/data/exporters/.
 
 Run (not in CI: CI has no torch/brevitas; the .onnx files it writes are committed):
 
     pip install torch==2.13.0 brevitas==0.13.4 qonnx onnxscript onnxoptimizer scikit-learn
     python tests/exporters/generate.py            # writes tests/data/exporters/*
     python tests/exporters/generate.py --check    # regenerate in a temp dir, compare bytes
+    python tests/exporters/generate.py --cnn      # only the CNN group (brevitas_cnn*.onnx)
 
 Every model is trained for a few seconds on scikit-learn's digits (64 pixels / 16 -> [0, 1],
 10 classes, the split of examples/train_digits.py: test_size=0.25, random_state=0, stratified),
@@ -1130,6 +1131,219 @@ def gen_helper(out: Path, data, entries: list) -> None:
     )
 
 
+# ----------------------------------------------------------------------------- CNNs
+
+
+def cnn_model():
+    """A small Brevitas CNN on the 8x8 digits with every op the shared Brevitas CNNs use
+    (Conv with a float bias, LeakyReLU, MaxPool, depthwise Conv, nearest Upsample, channel
+    concat, pointwise Conv, ReLU) and a Conv over the whole frame as the classifier; power-of-two
+    scales (FixedPoint quantizers), as those models have."""
+    import brevitas.nn as qnn
+    from brevitas.quant import (
+        Int8ActPerTensorFixedPoint,
+        Int8WeightPerTensorFixedPoint,
+        Uint8ActPerTensorFixedPoint,
+    )
+
+    def act(bits):
+        return qnn.QuantIdentity(act_quant=Int8ActPerTensorFixedPoint, bit_width=bits,
+                                 return_quant_tensor=True)
+
+    def conv(i, o, k, **kw):
+        return qnn.QuantConv2d(i, o, k, weight_quant=Int8WeightPerTensorFixedPoint,
+                               weight_bit_width=4, **kw)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = act(8)
+            self.c1 = conv(1, 4, 3, padding=1, bias=True, bias_quant=None)
+            self.q1, self.q2, self.q3, self.q4 = act(4), act(4), act(4), act(4)
+            self.lrelu = nn.LeakyReLU(0.125)
+            self.pool = nn.MaxPool2d(2)
+            self.dw = conv(4, 4, 3, padding=1, groups=4, bias=False)
+            self.up = nn.Upsample(scale_factor=2, mode="nearest")
+            self.pw = conv(8, 4, 1, bias=False)
+            self.relu = qnn.QuantReLU(act_quant=Uint8ActPerTensorFixedPoint, bit_width=4,
+                                      return_quant_tensor=True)
+            self.fc = conv(4, 10, 8, bias=False)
+
+        def forward(self, x):
+            a = self.q2(self.lrelu(self.q1(self.c1(self.inp(x)))))
+            b = self.q3(self.dw(self.pool(a)))
+            u = self.q4(self.up(b))
+            c = self.q4(torch.cat([value(u), value(a)], dim=1))
+            y = value(self.fc(self.relu(self.pw(c))))
+            return y.reshape(y.shape[0], -1)
+
+    return Net()
+
+
+def cnn_scaled_model():
+    """A Brevitas CNN with float (non-power-of-two) scales: 8-bit input, 4-bit weights with one
+    scale per output channel, 4-bit ReLU; the scales move through the Conv as per-channel float
+    arithmetic (passes/scales.py) that becomes thresholds on the frame."""
+    import brevitas.nn as qnn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = qnn.QuantIdentity(bit_width=8, return_quant_tensor=True)
+            self.c1 = qnn.QuantConv2d(1, 6, 3, padding=1, bias=True, weight_bit_width=4,
+                                      weight_scaling_per_output_channel=True)
+            self.relu = qnn.QuantReLU(bit_width=4, return_quant_tensor=True)
+            self.pool = nn.MaxPool2d(2)
+            self.c2 = qnn.QuantConv2d(6, 10, 4, bias=True, weight_bit_width=4,
+                                      weight_scaling_per_output_channel=True)
+
+        def forward(self, x):
+            y = value(self.c2(self.pool(self.relu(self.c1(self.inp(x))))))
+            return y.reshape(y.shape[0], -1)
+
+    return Net()
+
+
+def _rename_random(path: Path, before: set[str]) -> None:
+    """qonnx's channels-last conversion names new tensors at random: rename them in order of
+    appearance (cl_0, cl_1, ...) so that the file is byte-deterministic."""
+    m = onnx.load(str(path))
+    names: dict[str, str] = {}
+
+    def rn(x: str) -> str:
+        if not x or x in before:
+            return x
+        return names.setdefault(x, f"cl_{len(names)}")
+
+    for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
+        vi.name = rn(vi.name)
+    for t in m.graph.initializer:
+        t.name = rn(t.name)
+    for n in m.graph.node:
+        n.input[:] = [rn(i) for i in n.input]
+        n.output[:] = [rn(o) for o in n.output]
+    # annotations of tensors the conversion removed: dropped; the others renamed
+    live = set(before) | set(names.values())
+    keep = [a for a in m.graph.quantization_annotation if rn_known(a.tensor_name, names, live)]
+    for a in keep:
+        a.tensor_name = names.get(a.tensor_name, a.tensor_name)
+    del m.graph.quantization_annotation[:]
+    m.graph.quantization_annotation.extend(keep)
+    onnx.save(m, str(path))
+
+
+def rn_known(name: str, names: dict, live: set) -> bool:
+    return name in names or name in live
+
+
+def gen_cnn(out: Path, data, entries: list) -> None:
+    """brevitas_cnn.onnx (standard channels-first Conv, NCHW input) and brevitas_cnn_ch_last.onnx
+    (the same model through qonnx's ConvertToChannelsLastAndClean: the
+    qonnx.custom_op.channels_last domain, NHWC input, as the shared Brevitas CNNs)."""
+    import brevitas
+    from brevitas.export import export_qonnx
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.transformation.channels_last import ConvertToChannelsLastAndClean
+
+    x_tr, x_te, y_tr, y_te = data
+    _gen_cnn_scaled(out, data, entries)
+    seed(200)
+    model = train(cnn_model(), x_tr, y_tr, 6, s=200, shape=(1, 8, 8))
+    ref = torch_out(model, x_te, shape=(1, 8, 8))
+    cf, cl = out / "brevitas_cnn.onnx", out / "brevitas_cnn_ch_last.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        export_qonnx(model, input_t=torch.from_numpy(x_te[:1].reshape(1, 1, 8, 8)),
+                     export_path=str(cf))
+    stripped = normalise(cf)
+    before = {t for n in onnx.load(str(cf)).graph.node for t in list(n.input) + list(n.output)}
+    before |= {t.name for t in onnx.load(str(cf)).graph.initializer}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ModelWrapper(str(cf)).transform(
+            ConvertToChannelsLastAndClean(make_input_channels_last=True)).save(str(cl))
+    _rename_random(cl, before)
+    for path, shape, how in ((cf, (1, 1, 8, 8), "brevitas export_qonnx"),
+                             (cl, (1, 8, 8, 1), "brevitas export_qonnx, then qonnx "
+                              "ConvertToChannelsLastAndClean(make_input_channels_last=True), "
+                              "its random tensor names renamed cl_0, cl_1, ... in order")):
+        rows = np.stack([qonnx_run(path, x_te[r].reshape(shape))[0] for r in range(N_CHECK)])
+        diff = float(np.abs(rows - ref[:N_CHECK]).max())
+        assert diff < 1e-4, (path.name, diff)
+        entries.append({
+            "file": path.name,
+            "exporter": f"brevitas {brevitas.__version__} export_qonnx (dynamo=True; torch "
+                        f"{torch.__version__.split('+')[0]})",
+            "kind": "qonnx",
+            "pattern": "CNN 8x8x1: Quant(8b) -> Conv3x3(1->4, float bias) -> Quant -> "
+                       "LeakyRelu(0.125) -> Quant -> MaxPool2 -> depthwise Conv3x3 -> Quant -> "
+                       "Resize x2 nearest -> Quant -> Concat(channels) -> Quant -> Conv1x1(8->4) "
+                       "-> Relu -> Quant(u4) -> Conv8x8(4->10) -> Reshape; power-of-two scales",
+            "ops": op_list(path),
+            "input_shape": shape_of(path),
+            "input_grid": input_grid(path),
+            "float_test_accuracy": acc(ref, y_te),
+            "accuracy_of": "brevitas forward (fake-quant, float32) on the 450 test rows",
+            "brevitas_vs_qonnx_max_abs_diff": diff,
+            "postprocess": how + ("; stripped " + ", ".join(stripped) if stripped else ""),
+            "training": "6 epochs Adam lr=1e-2 batch 64 (QAT)",
+        })
+        print(f"{path.name}: acc {acc(ref, y_te)} diff {diff:.2e}")
+
+
+def _gen_cnn_scaled(out: Path, data, entries: list) -> None:
+    import brevitas
+    from brevitas.export import export_qonnx
+
+    x_tr, x_te, y_tr, y_te = data
+    seed(201)
+    model = train(cnn_scaled_model(), x_tr, y_tr, 6, s=201, shape=(1, 8, 8))
+    ref = torch_out(model, x_te, shape=(1, 8, 8))
+    path = out / "brevitas_cnn_scaled.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        export_qonnx(model, input_t=torch.from_numpy(x_te[:1].reshape(1, 1, 8, 8)),
+                     export_path=str(path))
+    stripped = normalise(path)
+    rows = np.stack([qonnx_run(path, x_te[r].reshape(1, 1, 8, 8))[0] for r in range(N_CHECK)])
+    diff = float(np.abs(rows - ref[:N_CHECK]).max())
+    assert diff < 1e-4, (path.name, diff)
+    entries.append({
+        "file": path.name,
+        "exporter": f"brevitas {brevitas.__version__} export_qonnx (dynamo=True; torch "
+                    f"{torch.__version__.split('+')[0]})",
+        "kind": "qonnx",
+        "pattern": "CNN 1x8x8: Quant(8b, float scale) -> Conv3x3(1->6, 4b weights, a float scale "
+                   "per output channel, float bias) -> Relu -> Quant(u4, float scale) -> "
+                   "MaxPool2 -> Conv4x4(6->10, per-channel scales) -> Reshape",
+        "ops": op_list(path),
+        "input_shape": shape_of(path),
+        "input_grid": input_grid(path),
+        "float_test_accuracy": acc(ref, y_te),
+        "accuracy_of": "brevitas forward (fake-quant, float32) on the 450 test rows",
+        "brevitas_vs_qonnx_max_abs_diff": diff,
+        "postprocess": "none" + ("; stripped " + ", ".join(stripped) if stripped else ""),
+        "training": "6 epochs Adam lr=1e-2 batch 64 (QAT)",
+    })
+    print(f"{path.name}: acc {acc(ref, y_te)} diff {diff:.2e}")
+
+
+def generate_cnn(out: Path) -> list:
+    """Only the CNN group (--cnn): write its files and replace their entries in models.json,
+    leaving every other file as it is."""
+    entries: list = []
+    gen_cnn(out, digits(), entries)
+    for e in entries:
+        e["size_bytes"] = (out / e["file"]).stat().st_size
+        e["sha256"] = hashlib.sha256((out / e["file"]).read_bytes()).hexdigest()
+    meta_path = out / "models.json"
+    meta = json.loads(meta_path.read_text())
+    files = {e["file"] for e in entries}
+    meta["models"] = [e for e in meta["models"] if e["file"] not in files] + entries
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    return entries
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -1142,6 +1356,7 @@ def generate(out: Path) -> list:
     gen_brevitas(out, data, entries)
     gen_torch(out, data, entries)
     gen_helper(out, data, entries)
+    gen_cnn(out, data, entries)
     for e in entries:
         e["size_bytes"] = (out / e["file"]).stat().st_size
         e["sha256"] = hashlib.sha256((out / e["file"]).read_bytes()).hexdigest()
@@ -1164,6 +1379,8 @@ def main() -> int:
         action="store_true",
         help="write into a temp dir and compare with --out byte for byte",
     )
+    ap.add_argument("--cnn", action="store_true",
+                    help="(re)write only the CNN group into --out, keeping the other files")
     args = ap.parse_args()
 
     import torch as _torch
@@ -1183,6 +1400,9 @@ def main() -> int:
             ]
         print("differs:", bad if bad else "nothing")
         return 1 if bad else 0
+    if args.cnn:
+        generate_cnn(args.out)
+        return 0
     generate(args.out)
     total = sum(p.stat().st_size for p in args.out.iterdir())
     print(f"wrote {args.out} ({total} bytes)")

@@ -10,6 +10,7 @@ import modelcircuit as mc
 from tests.conftest import DATA, gpu_available, shared_model
 
 DIGITS = DATA / "digits_mlp.onnx"
+DIGITS_CNN = DATA / "digits_cnn.onnx"
 
 # (model file, precision) pairs that gpu-emu must match bit for bit
 FIXED_CASES = [
@@ -17,15 +18,19 @@ FIXED_CASES = [
     ("three_layer_pytorch", "fixed<16,6>"), ("three_layer_pytorch", "fixed<8,3>"),
     ("two_layer_keras", "fixed<16,6>"), ("two_layer_keras", "fixed<8,3>"),
     ("qkeras_jettagging", None), ("TFC_2W2A", None),
+    ("conv1d_small_keras", "fixed<16,6>"), ("conv1d_small_keras", "fixed<8,3>"),
+    ("conv2d_small_keras", "fixed<16,6>"), ("conv2d_small_keras", "fixed<8,3>"),
 ]
-FLOAT_CASES = ["three_layer_keras", "three_layer_pytorch", "two_layer_keras"]
+FLOAT_CASES = ["three_layer_keras", "three_layer_pytorch", "two_layer_keras",
+               "conv1d_small_keras", "conv2d_small_keras"]
 
 
 def model_path(name: str) -> Path:
-    if name == "digits_mlp":
-        if not DIGITS.exists():
-            pytest.skip(f"digits model not built yet ({DIGITS})")
-        return DIGITS
+    if name in ("digits_mlp", "digits_cnn"):
+        p = DIGITS if name == "digits_mlp" else DIGITS_CNN
+        if not p.exists():
+            pytest.skip(f"digits model not built yet ({p})")
+        return p
     return shared_model(name)
 
 

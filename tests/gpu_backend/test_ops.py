@@ -89,9 +89,9 @@ def test_unsupported_op_names_op_node_and_list(tmp_path, monkeypatch, capsys):
     from modelcircuit import artifact, cli
 
     g = _graph("fixed<6,2>")
-    bad = tuple(Node.make("weird", "Conv", list(n.inputs), list(n.outputs))
+    bad = tuple(Node.make("weird", "Einsum", list(n.inputs), list(n.outputs))
                 if n.name == "relu" else n for n in g.nodes)
-    with pytest.raises(gb.GpuError, match=r"node weird: op Conv has no GPU kernel; supported: .*Dense"):
+    with pytest.raises(gb.GpuError, match=r"node weird: op Einsum has no GPU kernel; supported: .*Dense"):
         gb.generate(g.replace(nodes=bad))
     # a user error like GraphError: a ValueError of modelcircuit, so the CLI says `error: …`
     # and exits 2 (not 70, "internal error … a bug")
@@ -105,15 +105,15 @@ def test_unsupported_op_names_op_node_and_list(tmp_path, monkeypatch, capsys):
     rc = cli.main(["compile", "--target", "gpu", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2, err
-    assert err.startswith("error: node weird: op Conv has no GPU kernel") and err.count("\n") == 1, err
+    assert err.startswith("error: node weird: op Einsum has no GPU kernel") and err.count("\n") == 1, err
 
 
 def test_refused_op_says_why():
     g = _graph("fixed<6,2>")
-    bad = tuple(Node.make("cat", "Concat", list(n.inputs), list(n.outputs), axis=0)
+    bad = tuple(Node.make("dv", "Div", ["l1", "l1"], list(n.outputs))
                 if n.name == "relu" else n for n in g.nodes)
-    with pytest.raises(gb.GpuError, match=r"node cat: op Concat has no GPU kernel \(no GPU "
-                       r"kernel yet.*\); supported: .*Dense"):
+    with pytest.raises(gb.GpuError, match=r"node dv: op Div has no GPU kernel \(division of "
+                       r"two activations.*\); supported: .*Dense"):
         gb.generate(g.replace(nodes=bad))
 
 

@@ -12,7 +12,8 @@ from modelcircuit.gpu_backend import nvrtc
 from .conftest import FIXED_CASES, FLOAT_CASES, compiled
 
 CASES = FIXED_CASES + [(n, "float32") for n in FLOAT_CASES] + [
-    ("digits_mlp", "fixed<16,6>"), ("digits_mlp", "float32")]
+    ("digits_mlp", "fixed<16,6>"), ("digits_mlp", "float32"),
+    ("digits_cnn", "fixed<16,6>"), ("digits_cnn", "float32")]
 
 
 def test_a_cuda_compiler_is_available():

@@ -22,7 +22,7 @@ ACTS = ("none", "relu", "leaky_relu", "sigmoid", "tanh")
 
 @st.composite
 def mlps(draw):  # noqa: ANN001, ANN201
-    """(graph, precision, reuse, seed, profile): 1-3 Dense layers of width 1-8, an activation after
+    """(graph, precision, reuse, seed, profile, strategy): 1-3 Dense layers of width 1-8, an activation after
     each, signed or unsigned types from 3 to 16 bits, sometimes a narrow model quantizer."""
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
@@ -55,12 +55,15 @@ def mlps(draw):  # noqa: ANN001, ANN201
                 *(widths[k] * widths[k + 1] for k in range(depth)))
     # the profile picks the register schedule: latency (none), area (iCE40), fmax (ECP5)
     profile = draw(st.sampled_from([None, "ice40-up5k", "ecp5-25k"]))
-    return b.build(), precision, reuse, seed, profile
+    # Dense at R=1 as products, as shared adder graphs (hdl/cmvm.py), or chosen per layer
+    strategy = draw(st.sampled_from(["mult", "da", "auto"]))
+    return b.build(), precision, reuse, seed, profile, strategy
 
 
 def _check(case, cache) -> None:  # noqa: ANN001
-    graph, precision, reuse, seed, profile = case
-    c = mc_compile(graph, precision=precision, reuse=reuse, table_bits=6, profile=profile)
+    graph, precision, reuse, seed, profile, strategy = case
+    c = mc_compile(graph, precision=precision, reuse=reuse, table_bits=6, profile=profile,
+                   strategy=strategy)
     g = c.graph
     t = g.tensor(g.inputs[0]).dtype
     port = Port(g.tensor(g.inputs[0]).size, t.width, t.signed, t.frac, g.tensor(g.inputs[0]).shape)
@@ -68,7 +71,8 @@ def _check(case, cache) -> None:  # noqa: ANN001
     x = rng.integers(port.lo, port.hi + 1, size=(24, port.elements))
     x[0], x[1] = port.lo, port.hi  # the extremes: saturation and wrap paths
     r = rtl.execute(c, x, cache_dir=cache, seed=seed % 1000)
-    assert r["checks"]["bit_exact"], (precision, reuse, profile, r["checks"]["first_mismatch"])
+    assert r["checks"]["bit_exact"], (precision, reuse, profile, strategy,
+                                      r["checks"]["first_mismatch"])
     assert r["checks"]["latency_ok"] and r["checks"]["ii_ok"] is not False, r
     assert r["ok"]
 

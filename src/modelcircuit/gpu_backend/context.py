@@ -123,3 +123,22 @@ def index_map(ctx: LowerCtx, node: Node, src: str, out: str) -> np.ndarray | Non
         return None
     idx = np.arange(int(np.prod(s)), dtype=np.int64).reshape(s)
     return broadcast(node, idx, o)
+
+
+def linear_tail(ctx: LowerCtx, node: Node, c: dict[str, Any], params: list[Any],
+                bn: str | None) -> None:
+    """Bias, alignment and requantization of an exact sum of products (templates/cuda/
+    linear.j2), shared by Dense and Conv: inputs x and w are params[0] and params[1]."""
+    fl = c["is_float"]
+    x, wn = node.inputs[0], node.inputs[1]
+    if bn is not None:
+        params.append(ctx.const("bias", bn, ctx.cval(bn).reshape(-1), fl))
+    if not fl:
+        frac = ctx.t(x).frac + ctx.t(wn).frac
+        if bn is not None:
+            tb = ctx.t(bn)
+            bf = max(frac, tb.frac)
+            c.update(acc_mul=cll(1 << (bf - frac)), bias_mul=cll(1 << (bf - tb.frac)))
+            frac = bf
+        c["r"] = requant_args(node, frac, ctx.t(node.outputs[0]))
+    params.append(ctx.act("y", node.outputs[0]))

@@ -4,7 +4,8 @@ the one lookup: an op in neither table is a GpuError naming the op, the node and
 
 A lowering function is `(ctx, node, kname) -> (template, context, params, threads per
 sample)`. Element-wise ops render the frame `eltwise.cu.j2` around their own body macro in
-`eltwise_ops.j2` (named by `body`); Dense, Softmax and Threshold have a template each.
+`eltwise_ops.j2` (named by `body`); Dense, Softmax and Threshold have a template each; the
+convolutional ops and Concat are lowered in cnn.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..graphs.ops import (
     BatchNormAttrs,
     BipolarAttrs,
     DenseAttrs,
+    GatherAttrs,
     LeakyReluAttrs,
     LutAttrs,
     Op,
@@ -28,7 +30,18 @@ from ..graphs.ops import (
     SoftmaxAttrs,
     TransposeAttrs,
 )
-from .context import LowerCtx, Lowered, broadcast, cfloat, cll, index_map, requant_args, type_args
+from .cnn import lower_avgpool, lower_concat, lower_conv, lower_maxpool, lower_resize
+from .context import (
+    LowerCtx,
+    Lowered,
+    broadcast,
+    cfloat,
+    cll,
+    index_map,
+    linear_tail,
+    requant_args,
+    type_args,
+)
 from .kernel import GpuError, Param
 
 LowerFn = Callable[[LowerCtx, Node, str], Lowered]
@@ -47,17 +60,7 @@ def lower_dense(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     fl = c["is_float"]
     params = [ctx.act("x", x), ctx.const("w", wn, w, fl)]
     c.update(K=k, N=n, relu=at.relu, bias=bn is not None, xt=ctx.ctype(x), acc=str(at.acc))
-    if bn is not None:
-        params.append(ctx.const("bias", bn, ctx.cval(bn).reshape(-1), fl))
-    if not fl:
-        frac = ctx.t(x).frac + ctx.t(wn).frac
-        if bn is not None:
-            tb = ctx.t(bn)
-            bf = max(frac, tb.frac)
-            c.update(acc_mul=cll(1 << (bf - frac)), bias_mul=cll(1 << (bf - tb.frac)))
-            frac = bf
-        c["r"] = requant_args(node, frac, ctx.t(node.outputs[0]))
-    params.append(ctx.act("y", node.outputs[0]))
+    linear_tail(ctx, node, c, params, bn)
     return "dense.cu.j2", c, params, n
 
 
@@ -90,12 +93,16 @@ def lower_threshold(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     if ctx.t(x).is_float:
         raise GraphError(f"node {node.name}: Threshold needs a fixed-point input")
     thr, steps, base = (ctx.cval(n).astype(np.int64) for n in node.inputs[1:4])
+    shape = ctx.g.tensor(x).shape
     size = ctx.g.tensor(x).size
     ch = int(thr.shape[0])
-    if ch not in (1, size) or base.size not in (1, size):
+    # a row per element, or (a channels-last frame) a row per channel: row = i % ch
+    rows_ok = ch in (1, size) or (len(shape) > 1 and ch == shape[-1])
+    if not rows_ok or base.size not in (1, ch, size) or size % base.size:
         raise GraphError(f"node {node.name} (Threshold): {ch} channels for {size} values")
     c = ctx.base(node, kname)
-    c.update(size=size, steps=int(thr.shape[1]), channels=ch, base_scalar=base.size == 1)
+    c.update(size=size, steps=int(thr.shape[1]), channels=ch, base_scalar=base.size == 1,
+             base_size=int(base.size))
     params = [ctx.act("x", x), ctx.const("thr", node.inputs[1], thr, False),
               ctx.const("step", node.inputs[2], steps, False),
               ctx.const("base", node.inputs[3], base.reshape(-1), False), ctx.act("y", out)]
@@ -126,7 +133,7 @@ def eltwise(ctx: LowerCtx, node: Node, kname: str,
         amap = index_map(ctx, node, a, out)
     c = ctx.base(node, kname)
     c.update(size=ctx.g.tensor(out).size, a_index=amap is not None, b_act=False, b_index=False,
-             b_scalar=False, a_size=ctx.g.tensor(a).size, b_size=0)
+             b_scalar=False, b_period=0, a_size=ctx.g.tensor(a).size, b_size=0)
     return Eltwise(c, [ctx.act("a", a)], amap)
 
 
@@ -146,7 +153,14 @@ def second_operand(ctx: LowerCtx, node: Node, e: Eltwise, activation_ok: bool) -
     if g.is_const(bname):
         bv = broadcast(node, ctx.cval(bname), g.tensor(out).shape)
         e.c["b_scalar"] = bool(np.all(bv == bv.reshape(-1)[0])) if bv.size else True
-        e.params.append(ctx.const("c", bname, bv[:1] if e.c["b_scalar"] else bv, e.is_float))
+        if e.c["b_scalar"]:
+            bv = bv[:1]
+        else:  # one value per channel of a channels-last frame: ship the C values only
+            ch = int(g.tensor(out).shape[-1])
+            rows = bv.reshape(-1, ch)
+            if len(rows) > 1 and np.all(rows == rows[:1]):
+                e.c["b_period"], bv = ch, rows[0]
+        e.params.append(ctx.const("c", bname, bv, e.is_float))
         return
     if not activation_ok:
         raise GraphError(f"node {node.name} ({node.op}): only a product by a constant is "
@@ -272,19 +286,39 @@ def lower_transpose(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     return finish(ctx, node, eltwise(ctx, node, kname, amap=amap), "transpose")
 
 
+def lower_gather(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
+    """np.take with constant indices: a copy through an index map, codes converted to the
+    output type where the input's type differs (reference._to_out)."""
+    a = GatherAttrs.of(node)
+    ish = ctx.g.tensor(node.inputs[0]).shape
+    amap = np.take(np.arange(int(np.prod(ish)), dtype=np.int64).reshape(ish), a.index_array(),
+                   axis=a.axis).reshape(-1)
+    e = eltwise(ctx, node, kname, amap=amap)
+    if amap.size != e.c["size"]:
+        raise GraphError(f"node {node.name} (Gather): {amap.size} indices for {e.c['size']} "
+                         "output elements")
+    e.c["same_type"] = True
+    if not e.is_float:
+        tin, tout = ctx.t(node.inputs[0]), ctx.t(node.outputs[0])
+        e.c["same_type"] = tin == tout
+        if tin != tout:
+            e.c["r"] = requant_args(node, tin.frac, tout)
+    return finish(ctx, node, e, "gather")
+
+
 LOWERING: dict[Op, LowerFn] = {
     Op.DENSE: lower_dense, Op.ADD: lower_add, Op.SUB: lower_sub, Op.MUL: lower_mul,
     Op.RELU: lower_relu, Op.LEAKY_RELU: lower_leaky_relu, Op.LUT: lower_lut,
     Op.SOFTMAX: lower_softmax, Op.THRESHOLD: lower_threshold, Op.REQUANT: lower_requant,
     Op.BIPOLAR: lower_bipolar, Op.BATCHNORM: lower_batchnorm, Op.RESHAPE: lower_reshape,
-    Op.TRANSPOSE: lower_transpose,
+    Op.TRANSPOSE: lower_transpose, Op.CONCAT: lower_concat, Op.GATHER: lower_gather,
+    Op.CONV: lower_conv, Op.MAX_POOL: lower_maxpool, Op.AVG_POOL: lower_avgpool,
+    Op.RESIZE: lower_resize,
 }
 
 REFUSED: dict[Op, str] = {
     Op.DIV: "division of two activations is float only and has no GPU kernel yet; "
             "the golden model runs it",
-    Op.CONCAT: "no GPU kernel yet (the golden model runs it)",
-    Op.GATHER: "no GPU kernel yet (the golden model runs it)",
 }
 
 

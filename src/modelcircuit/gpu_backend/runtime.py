@@ -20,6 +20,17 @@ DEFAULT_BUCKETS = (1, 64, 4096, 65536)
 _NP = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 
 
+def fit_buckets(buckets: tuple[int, ...], arena_bytes_per_sample: int,
+                mem_bytes: int, share: float = 0.25) -> tuple[int, ...]:
+    """The batch buckets whose arena fits in `share` of the device memory (a 256x256 CNN
+    needs megabytes per sample: 65,536 of them would not fit), else batch 1 alone; larger
+    batches run in chunks of the largest bucket kept."""
+    limit = int(mem_bytes * share)
+    kept = tuple(b for b in sorted(set(int(b) for b in buckets))
+                 if b * max(1, arena_bytes_per_sample) <= limit)
+    return kept or (1,)
+
+
 def _cupy() -> Any:
     try:
         import cupy as cp
@@ -64,8 +75,10 @@ class GpuModel:
                            "recompile for it or load with force=True")
         self.profile = self.info["profile"]
         self.compiled, self.prog = compiled, prog
+        self.asked = tuple(sorted(set(int(b) for b in buckets)))
         self.g = compiled.graph
-        self.buckets = tuple(sorted(set(int(b) for b in buckets)))
+        self.buckets = fit_buckets(buckets, prog.plan["arena_bytes_per_sample"],
+                                   self.info["mem_bytes"])
         self.device = cp.cuda.Device(device)
         with self.device:
             try:
@@ -225,7 +238,7 @@ def load(compiled: Any, device: int = 0, force: bool = False,
     usable GPU."""
     key = (id(compiled), device)
     hit = _LOADED.get(key)
-    if hit is not None and hit[0] is compiled and hit[1].buckets == tuple(sorted(set(buckets))):
+    if hit is not None and hit[0] is compiled and hit[1].asked == tuple(sorted(set(buckets))):
         return hit[1]
     m = GpuModel(compiled, lower(compiled), device, force, buckets)
     _LOADED[key] = (compiled, m)

@@ -1,7 +1,8 @@
 """The cost ledger: per node FLOPs, bytes, multipliers, and predicted time on a profile.
 
 Multipliers count what a circuit with constant weights really needs: a zero weight costs
-nothing and a power of two is a shift, so only the other non-zero weights count.
+nothing and a power of two is a shift, so only the other non-zero weights count (a Conv's
+weights once: the circuit reuses them for every pixel; its FLOPs count every pixel).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .ir import Graph, Node
-from .ops import ELEMENTWISE_BINARY, Op
+from .ops import ELEMENTWISE_BINARY, LINEAR, Op
 from .types import FixedType
 
 
@@ -51,9 +52,11 @@ _ONE_MULT = frozenset({Op.MUL, Op.LEAKY_RELU})
 def node_cost(g: Graph, node: Node, profile: dict[str, Any] | None = None) -> NodeCost:
     flops = mults = shifts = zeros = 0
     out = g.tensor(node.outputs[0])
-    if node.op == Op.DENSE:
+    if node.op in LINEAR:
         w = np.asarray(g.constants[node.inputs[1]])
-        flops = 2 * w.size + (out.size if len(node.inputs) > 2 else 0)
+        # a Conv is a Dense per output pixel: (window * Cin/group) x Cout products each
+        pixels = 1 if node.op == Op.DENSE else out.size // out.shape[-1]
+        flops = 2 * w.size * pixels + (out.size if len(node.inputs) > 2 else 0)
         if isinstance(g.tensor(node.inputs[1]).dtype, FixedType):
             nz = w != 0
             p2 = is_pow2(w)
@@ -67,6 +70,10 @@ def node_cost(g: Graph, node: Node, profile: dict[str, Any] | None = None) -> No
             mults = out.size
     elif node.op in (Op.LUT, Op.THRESHOLD):
         flops = out.size
+    elif node.op in (Op.MAX_POOL, Op.AVG_POOL):  # a compare or an add per window element
+        k = int(np.prod(node.get("kernel")))
+        flops = out.size * (k - 1) + (out.size if node.op == Op.AVG_POOL else 0)
+        mults = out.size if node.op == Op.AVG_POOL else 0
     elif node.op == Op.SOFTMAX:
         flops = 4 * out.size
         mults = out.size

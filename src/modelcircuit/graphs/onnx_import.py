@@ -57,7 +57,19 @@ from .onnx_io import (
 )
 from .onnx_layout import attrs
 from .onnx_ops import HANDLERS, swapped_consumer, swapped_output
+from .onnx_ops import _binary as binary
 from .onnx_quant import bipolar, quant
+from .onnx_spatial import (
+    CHANNELS_LAST,
+    CHANNELS_LAST_OPS,
+    conv,
+    layout_consumer,
+    marked,
+    materialize,
+    onnx_shape,
+    pool,
+    transpose_plain,
+)
 from .types import NumType
 from .userio import shown
 
@@ -67,7 +79,9 @@ SUPPORTED_OPS = (
     "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Selu", "Sigmoid",
     "Tanh", "Softmax", "BatchNormalization", "Flatten", "Reshape", "Transpose", "Squeeze",
     "Unsqueeze", "Identity", "Dropout", "Quant", "BipolarQuant", "QuantizeLinear",
-    "DequantizeLinear", "Shape", "Gather", "Concat", "Constant", "Cast",
+    "DequantizeLinear", "Shape", "Gather", "Concat", "Constant", "Cast", "Conv", "MaxPool",
+    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
+    f"{CHANNELS_LAST}.Conv", f"{CHANNELS_LAST}.MaxPool",
 )
 _QUANT_DOMAINS = ("qonnx", "finn", "brevitas")
 # QONNX quantizers: taken in any domain, on constants as on activations (never folded)
@@ -121,6 +135,11 @@ class _Importer:
         # the output of an IR Reshape emitted here -> the tensor it reshapes (values in order)
         self.reshaped: dict[str, str] = {}
         self.weight_scales: set[float] = set()  # non-power-of-two scales of weight quantizers
+        # ONNX names of channels-first frames whose IR tensor is their channels-last storage,
+        # and permuted vectors (IR element j = ONNX element perm[j]); see onnx_spatial
+        self.cf: set[str] = set()
+        self.flat_perm: dict[str, np.ndarray] = {}
+        self.materialized: dict[str, str] = {}
 
     # -- helpers ---------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -273,6 +292,8 @@ class _Importer:
         self.node = None
         for o in self.g.output:
             swapped_output(self, o.name)
+            if o.name in self.cf or o.name in self.flat_perm:  # back to the ONNX layout
+                self.alias[o.name] = materialize(self, None, o.name)
         outputs = check_outputs(self)
         for name, arr in self.consts.items():
             if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
@@ -301,14 +322,30 @@ class _Importer:
         self.node = node
         op = node.op_type
         quant = op in _QUANTIZERS
-        if not quant and (node.domain not in ("", "ai.onnx")
-                          or any(d in node.domain for d in _QUANT_DOMAINS)):
+        cl_op = node.domain == CHANNELS_LAST and op in CHANNELS_LAST_OPS
+        if not quant and not cl_op and (node.domain not in ("", "ai.onnx")
+                                        or any(d in node.domain for d in _QUANT_DOMAINS)):
             raise self.unsupported_op(node)
         check_node(self, node, quant)
         ins = list(node.input)
         if op != "Shape" and any(i and i in self.swapped for i in ins):
             swapped_consumer(self, node)
-        elif quant:
+        elif cl_op:  # qonnx's channels-last Conv/MaxPool: the IR's own layout
+            check_float_attrs(self, node)
+            self.check_finite_weights(node)
+            (conv if op == "Conv" else pool)(self, node, cl_domain=True)
+        elif op != "Shape" and marked(self, node):
+            layout_consumer(self, node, self.dispatch, binary)
+        else:
+            self.dispatch(node)
+        self.record_outputs(node)
+
+    def dispatch(self, node: onnx.NodeProto) -> None:
+        """A node whose inputs are in ONNX layout (or that takes a marked frame as it is)."""
+        op = node.op_type
+        quant = op in _QUANTIZERS
+        ins = list(node.input)
+        if quant:
             _QUANTIZERS[op](self, node)
         elif op == "Constant":
             self.constant(node)
@@ -316,9 +353,10 @@ class _Importer:
             self.shape_of(node)
         elif ins and all((not i) or self.is_const(i) for i in ins) and op != "QuantizeLinear":
             fold(self, node)
+        elif op == "Transpose" and transpose_plain(self, node):
+            pass
         else:
             self.handle(node)
-        self.record_outputs(node)
 
     def handle(self, node: onnx.NodeProto) -> None:
         """An op on activations, by its handler in onnx_ops.HANDLERS."""
@@ -326,11 +364,14 @@ class _Importer:
         if handler is None:
             raise self.unsupported_op(node)
         check_float_attrs(self, node)
+        self.check_finite_weights(node)
+        handler(self, node)
+
+    def check_finite_weights(self, node: onnx.NodeProto) -> None:
         for i in node.input:
             v = self.consts.get(self.src(i)) if i else None
             if v is not None and v.dtype.kind == "f" and not np.all(np.isfinite(v)):
                 raise self.err(node, f"weight {q(self.src(i))} contains NaN or Inf")
-        handler(self, node)
 
     def record_outputs(self, node: onnx.NodeProto) -> None:
         """What defines each of the node's outputs; those not computed are remembered, so
@@ -368,7 +409,7 @@ class _Importer:
         """Shape of an activation: known here (the model's fixed batch, else 1), so a
         constant."""
         x = node.input[0]
-        full = (self.batch or 1,) + self.shapes[self.src(x)]
+        full = (self.batch or 1,) + onnx_shape(self, x)
         if x in self.swapped:
             full = tuple(full[p] for p in self.swapped[x][0])
         a = attrs(node)

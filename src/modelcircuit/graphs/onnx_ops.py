@@ -21,6 +21,7 @@ from .onnx_checks import check_float_attrs
 from .onnx_io import Unsupported, show
 from .onnx_layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
 from .onnx_quant import qdq
+from .onnx_spatial import conv, pool, resize
 
 if TYPE_CHECKING:
     from .onnx_import import _Importer
@@ -402,4 +403,6 @@ HANDLERS: dict[str, Callable[[_Importer, onnx.NodeProto], None]] = {
     "Concat": concat, "Gather": gather,
     "QuantizeLinear": qdq, "DequantizeLinear": qdq,
     "Cast": _cast,
+    "Conv": conv, "MaxPool": pool, "AveragePool": pool, "GlobalAveragePool": pool,
+    "GlobalMaxPool": pool, "Resize": resize,
 }

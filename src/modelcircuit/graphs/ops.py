@@ -45,10 +45,18 @@ class Op(StrEnum):
     TRANSPOSE = "Transpose"
     CONCAT = "Concat"
     GATHER = "Gather"
+    CONV = "Conv"              # 1-D/2-D convolution, channels-last: a Dense per window
+    MAX_POOL = "MaxPool"
+    AVG_POOL = "AvgPool"       # also GlobalAveragePool (the window is the whole frame)
+    RESIZE = "Resize"          # nearest, integer upsampling factors
 
 
 # Categories: what passes and backends ask, in one place.
-LINEAR = frozenset({Op.DENSE})
+LINEAR = frozenset({Op.DENSE, Op.CONV})
+# ops on channels-last frames (L, C) / (H, W, C) with a window over the spatial axes
+SPATIAL = frozenset({Op.CONV, Op.MAX_POOL, Op.AVG_POOL, Op.RESIZE})
+# ops whose output values are some of their input values (the output type is the input's)
+SELECTING = frozenset({Op.MAX_POOL, Op.RESIZE})
 ELEMENTWISE_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV})
 ADDITIVE = frozenset({Op.ADD, Op.SUB})
 ACTIVATION = frozenset({Op.RELU, Op.LEAKY_RELU, Op.LUT})
@@ -59,7 +67,7 @@ LAYOUT = frozenset({Op.RESHAPE, Op.TRANSPOSE})
 # float arithmetic that a quantized model keeps between a MatMul and the next quantizer
 FLOAT_CHAIN = frozenset({Op.BATCHNORM, Op.MUL, Op.ADD, Op.SUB, Op.DIV, Op.RELU})
 # ops whose exact result a following model quantizer can become the output type of
-EXACT_PRODUCERS = frozenset({Op.DENSE, Op.RELU, Op.ADD, Op.SUB})
+EXACT_PRODUCERS = frozenset({Op.DENSE, Op.CONV, Op.RELU, Op.ADD, Op.SUB, Op.LEAKY_RELU})
 ALL = frozenset(Op)
 
 # the float functions a Lut may name (reference.FLOAT_FUNCS defines each; a test says so)
@@ -229,6 +237,56 @@ class GatherAttrs(Attrs):
         return np.asarray(self.indices, dtype=np.int64).reshape(self.indices_shape)
 
 
+@dataclass(frozen=True)
+class ConvAttrs(Attrs):
+    """Channels-last convolution (docs: /work/notes/cnn_ir.md). W is (k..., Cin/group, Cout);
+    zero padding; each output is the exact sum over its window and group, then one
+    requantization, as Dense."""
+    OP = Op.CONV
+    kernel: tuple[int, ...] = _a("ints")       # one per spatial axis
+    strides: tuple[int, ...] = _a("ints")
+    pads: tuple[int, ...] = _a("ints")         # ONNX order: begins per axis, then ends
+    group: int = _a("int", 1)                  # 1, or Cin (depthwise)
+    acc: FixedType | None = _a("fixed", None)
+    relu: bool = _a("bool", False)
+    exact: bool = _a("bool", False)
+
+
+@dataclass(frozen=True)
+class MaxPoolAttrs(Attrs):
+    OP = Op.MAX_POOL
+    kernel: tuple[int, ...] = _a("ints")
+    strides: tuple[int, ...] = _a("ints")
+    pads: tuple[int, ...] = _a("ints")         # padding never wins
+
+
+@dataclass(frozen=True)
+class AvgPoolAttrs(Attrs):
+    """Mean over the window, padding counted (count_include_pad=1). Fixed point:
+    to_output_type(window sum * recip), recip = round(2**F / count) in recip_type (F its
+    fractional bits), a constant input once accumulator_types has computed it."""
+    OP = Op.AVG_POOL
+    kernel: tuple[int, ...] = _a("ints")
+    strides: tuple[int, ...] = _a("ints")
+    pads: tuple[int, ...] = _a("ints")
+    acc: FixedType | None = _a("fixed", None)        # exact window sum
+    recip_type: FixedType | None = _a("fixed", None)
+
+
+@dataclass(frozen=True)
+class ResizeAttrs(Attrs):
+    OP = Op.RESIZE
+    scales: tuple[int, ...] = _a("ints")      # nearest, one integer factor per spatial axis
+
+
+def window_shape(in_spatial: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
+                 pads: tuple[int, ...]) -> tuple[int, ...]:
+    """Output spatial shape of a window op (floor mode)."""
+    r = len(kernel)
+    return tuple((in_spatial[i] + pads[i] + pads[i + r] - kernel[i]) // strides[i] + 1
+                 for i in range(r))
+
+
 # -- inputs --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OpSpec:
@@ -265,6 +323,10 @@ SPECS: dict[Op, OpSpec] = {
     Op.TRANSPOSE: OpSpec(TransposeAttrs, "x", _n(1)),
     Op.CONCAT: OpSpec(ConcatAttrs, "x1, x2, ...", None, "none"),
     Op.GATHER: OpSpec(GatherAttrs, "x", _n(1)),
+    Op.CONV: OpSpec(ConvAttrs, "x, W[, b]", _n(2, 3)),
+    Op.MAX_POOL: OpSpec(MaxPoolAttrs, "x", _n(1)),
+    Op.AVG_POOL: OpSpec(AvgPoolAttrs, "x[, recip]", _n(1, 2)),
+    Op.RESIZE: OpSpec(ResizeAttrs, "x", _n(1)),
 }
 
 

@@ -115,8 +115,14 @@ def calibration_ranges(graph: Graph, samples: np.ndarray) -> dict[str, tuple[flo
 def compile_graph(graph: Graph, precision: str | NumType | None = None,
                   per_layer: Mapping[str, Any] | None = None,
                   calibrate: np.ndarray | None = None, reuse: int | str = 1,
-                  profile: str | None = None, table_bits: int = DEFAULT_TABLE_BITS) -> CompiledGraph:
-    """Compile a graph ahead of time. Every failure is a GraphError (one line for the user)."""
+                  profile: str | None = None, table_bits: int = DEFAULT_TABLE_BITS,
+                  strategy: str = "mult") -> CompiledGraph:
+    """Compile a graph ahead of time. Every failure is a GraphError (one line for the user).
+    `strategy` (HDL, per Dense layer at R = 1): "mult" (products), "da" (shared adder graphs,
+    hdl/cmvm.py) or "auto" (the FPGA flow picks per layer); kept in the options, and so in
+    the graph id, only when it is not "mult" (ids of earlier compiles stay as they were)."""
+    if strategy not in ("mult", "da", "auto"):
+        raise GraphError(f"strategy must be one of mult, da, auto, got {strategy!r}")
     p = parse_type(precision) if isinstance(precision, str) else precision
     if (calibrate is not None and isinstance(p, FixedType) and isinstance(precision, str)
             and not any(m in precision.upper() for m in ("TRN", "RND"))):
@@ -141,6 +147,8 @@ def compile_graph(graph: Graph, precision: str | NumType | None = None,
     options = {"precision": None if p is None else str(p), "per_layer": dict(per_layer or {}),
                "calibrated": calibrate is not None, "reuse": reuse, "profile": profile,
                "table_bits": int(table_bits)}
+    if strategy != "mult":
+        options["strategy"] = strategy
     if ranges is not None:
         options["calibration_sha256"] = __import__("hashlib").sha256(
             np.ascontiguousarray(calibrate, dtype=np.float32).tobytes()).hexdigest()

@@ -14,16 +14,20 @@ import numpy as np
 from . import fixed as fx
 from .ir import Graph, GraphError, Node
 from .ops import (
+    AvgPoolAttrs,
     BatchNormAttrs,
     BipolarAttrs,
     ConcatAttrs,
+    ConvAttrs,
     DenseAttrs,
     GatherAttrs,
     LeakyReluAttrs,
     LutAttrs,
+    MaxPoolAttrs,
     Op,
     RequantAttrs,
     ReshapeAttrs,
+    ResizeAttrs,
     SoftmaxAttrs,
     TransposeAttrs,
 )
@@ -56,6 +60,20 @@ def _as_codes(g: Graph, name: str, v: Array) -> tuple[Array, FixedType]:
     t = _t(g, name)
     assert isinstance(t, FixedType), f"{name} is not fixed point"
     return v.astype(np.int64), t
+
+
+def _add_bias(g: Graph, acc: np.ndarray, frac: int, bn: str | None
+              ) -> tuple[np.ndarray, int]:
+    """An exact sum of products (codes at `frac` fraction bits) plus the bias codes, aligned
+    to the finer of the two: Dense and Conv add their bias the same way."""
+    if not bn:
+        return acc, frac
+    tb = _t(g, bn)
+    b = _const(g, bn).astype(np.int64)
+    if tb.frac > frac:
+        acc = fx.align(acc, frac, tb.frac)
+        frac = tb.frac
+    return acc + fx.align(b, tb.frac, frac), frac
 
 
 def _finish(g: Graph, node: Node, q: Array, frac: int) -> Array:
@@ -110,14 +128,7 @@ def dense(g: Graph, node: Node, ins: list[Array]) -> Array:
         y = fx.overflow(q, out_t)
         return np.maximum(y, 0) if relu else y
     acc = exact_matmul(xq, _const(g, wn), acc_t.width)
-    frac = tx.frac + tw.frac
-    if bn:
-        tb = _t(g, bn)
-        b = _const(g, bn).astype(np.int64)
-        if tb.frac > frac:
-            acc = fx.align(acc, frac, tb.frac)
-            frac = tb.frac
-        acc = acc + fx.align(b, tb.frac, frac)
+    acc, frac = _add_bias(g, acc, tx.frac + tw.frac, bn)
     y = _finish(g, node, acc, frac)
     return np.maximum(y, 0) if relu else y
 
@@ -239,17 +250,22 @@ def softmax(g: Graph, node: Node, ins: list[Array]) -> Array:
 
 
 def threshold(g: Graph, node: Node, ins: list[Array]) -> Array:
-    """MultiThreshold: out = base + sum_k step[c,k] * (x[c] >= thr[c,k]), all integers."""
+    """MultiThreshold: out = base + sum_k step[c,k] * (x[c] >= thr[c,k]), all integers; c
+    is the element (one row each), or the channel (last axis) of a frame with one row per
+    channel."""
     thr = _const(g, node.inputs[1]).astype(np.int64)
     steps = _const(g, node.inputs[2]).astype(np.int64)
     base = _const(g, node.inputs[3]).astype(np.int64)
     x = ins[0]
     shp = x.shape
-    flat = x.reshape(shp[0], -1)
     if _t(g, node.inputs[0]).is_float:
         raise GraphError(f"node {node.name}: Threshold needs a fixed-point input")
-    hits = (flat.astype(np.int64)[:, :, None] >= thr[None, :, :]).astype(np.int64)
-    out = base[None, :] + (hits * steps[None, :, :]).sum(axis=-1)
+    # one row per element, or (a frame) one row per channel of the last axis
+    rows = thr.shape[0]
+    flat = x.reshape(shp[0], -1, rows) if len(shp) > 2 and rows == shp[-1] and rows != \
+        int(np.prod(shp[1:])) else x.reshape(shp[0], -1)
+    hits = (flat.astype(np.int64)[..., None] >= thr).astype(np.int64)
+    out = base + (hits * steps).sum(axis=-1)
     return out.reshape(shp)
 
 
@@ -300,9 +316,14 @@ def _to_out(g: Graph, node: Node, name: str, v: Array) -> Array:
 
 
 def concat(g: Graph, node: Node, ins: list[Array]) -> Array:
-    """Concatenation of activations along per-sample axis `axis`."""
+    """Concatenation of activations along per-sample axis `axis` (negative: from the last,
+    as ONNX; never the batch axis)."""
     parts = [_to_out(g, node, n, v) for n, v in zip(node.inputs, ins, strict=True)]
-    return np.concatenate(parts, axis=ConcatAttrs.of(node).axis + 1)
+    rank = len(g.tensor(node.outputs[0]).shape)
+    axis = ConcatAttrs.of(node).axis
+    if not -rank <= axis < rank:
+        raise GraphError(f"node {node.name} (Concat): axis {axis} is out of range for rank {rank}")
+    return np.concatenate(parts, axis=axis % rank + 1)
 
 
 def gather(g: Graph, node: Node, ins: list[Array]) -> Array:
@@ -311,12 +332,123 @@ def gather(g: Graph, node: Node, ins: list[Array]) -> Array:
     return np.take(_to_out(g, node, node.inputs[0], ins[0]), a.index_array(), axis=a.axis + 1)
 
 
+# -- channels-last window ops (per sample (L, C) or (H, W, C); batch first here) ----------
+def _pad(x: Array, pads: tuple[int, ...], value: float | int) -> Array:
+    r = len(pads) // 2
+    if not any(pads):
+        return x
+    width = [(0, 0)] + [(pads[i], pads[i + r]) for i in range(r)] + [(0, 0)]
+    return np.pad(x, width, constant_values=value)
+
+
+def _windows(xp: Array, kernel: tuple[int, ...], strides: tuple[int, ...],
+             out_sp: tuple[int, ...]):
+    """For each kernel offset (row-major), the (N, *out_sp, C) slice of the padded input
+    that this offset of every output window reads."""
+    for k in np.ndindex(*kernel):
+        yield k, xp[(slice(None),) + tuple(
+            slice(k[i], k[i] + strides[i] * (out_sp[i] - 1) + 1, strides[i])
+            for i in range(len(kernel)))]
+
+
+def _out_spatial(g: Graph, node: Node) -> tuple[int, ...]:
+    return tuple(g.tensor(node.outputs[0]).shape[:-1])
+
+
+def conv_sum(x: Array, w: Array, a: ConvAttrs, out_sp: tuple[int, ...]) -> Array:
+    """sum over each window and group of x * w, in the dtype of x and w (float32: the float
+    model; float64 exact while every partial sum stays under 2**53, which the accumulator
+    width guarantees; int64 beyond). x (N, *S, Cin), w (*kernel, Cin/group, Cout)."""
+    xp = _pad(x, a.pads, 0)
+    cout = w.shape[-1]
+    g = a.group
+    acc = np.zeros((x.shape[0],) + out_sp + (cout,), dtype=np.result_type(x, w))
+    for k, sl in _windows(xp, a.kernel, a.strides, out_sp):
+        wk = w[k]  # (Cin/group, Cout)
+        if g == 1:
+            acc += sl @ wk
+        elif wk.shape[0] == 1:  # depthwise: output channel o reads input channel o // m
+            m = cout // g
+            acc += (sl[..., :, None] * wk.reshape(g, m)).reshape(acc.shape)
+        else:
+            ci = wk.shape[0]
+            part = np.einsum("...gi,igj->...gj", sl.reshape(sl.shape[:-1] + (g, ci)),
+                             wk.reshape(ci, g, cout // g))
+            acc += part.reshape(acc.shape)
+    return acc
+
+
+def conv(g: Graph, node: Node, ins: list[Array]) -> Array:
+    a = ConvAttrs.of(node)
+    wn = node.inputs[1]
+    bn = node.inputs[2] if len(node.inputs) > 2 else None
+    out_sp = _out_spatial(g, node)
+    if not _is_fixed(g, node):
+        y = conv_sum(_f32(ins[0]), _f32(_const(g, wn)), a, out_sp)
+        if bn:
+            y = y + _f32(_const(g, bn))
+        return _f32(np.maximum(y, 0) if a.relu else y)
+    if a.acc is None:
+        raise GraphError(f"node {node.name}: accumulator type not computed; compile first")
+    tx, tw = _t(g, node.inputs[0]), _t(g, wn)
+    dt = np.float64 if a.acc.width <= 53 else np.int64
+    acc = conv_sum(ins[0].astype(dt), _const(g, wn).astype(dt), a, out_sp).astype(np.int64)
+    acc, frac = _add_bias(g, acc, tx.frac + tw.frac, bn)
+    y = _finish(g, node, acc, frac)
+    return np.maximum(y, 0) if a.relu else y
+
+
+def max_pool(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """Maximum over each window; padding never wins. Fixed point: the codes' maximum in the
+    output type (the input's, unless a pass chose another)."""
+    a = MaxPoolAttrs.of(node)
+    out_sp = _out_spatial(g, node)
+    fixed = _is_fixed(g, node)
+    x = ins[0].astype(np.int64) if fixed else _f32(ins[0])
+    low = np.iinfo(np.int64).min if fixed else -np.inf
+    y = None
+    for _, sl in _windows(_pad(x, a.pads, low), a.kernel, a.strides, out_sp):
+        y = sl.copy() if y is None else np.maximum(y, sl)
+    assert y is not None
+    return _to_out(g, node, node.inputs[0], y) if fixed else _f32(y)
+
+
+def avg_pool(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """Mean over each window, padding counted as zeros (count_include_pad=1). Fixed point:
+    the exact window sum times the constant recip = round(2**F / count) (recip_type, F its
+    fractional bits), one requantization to the output type; float32: sum / count."""
+    a = AvgPoolAttrs.of(node)
+    out_sp = _out_spatial(g, node)
+    count = int(np.prod(a.kernel))
+    fixed = _is_fixed(g, node)
+    x = ins[0].astype(np.int64) if fixed else _f32(ins[0])
+    acc = np.zeros((x.shape[0],) + out_sp + (x.shape[-1],), dtype=x.dtype)
+    for _, sl in _windows(_pad(x, a.pads, 0), a.kernel, a.strides, out_sp):
+        acc += sl
+    if not fixed:
+        return _f32(acc / np.float32(count))
+    if a.recip_type is None or len(node.inputs) < 2:
+        raise GraphError(f"node {node.name}: AvgPool reciprocal not computed; compile first")
+    recip = int(_const(g, node.inputs[1]).reshape(-1)[0])
+    return _finish(g, node, acc * recip, _t(g, node.inputs[0]).frac + a.recip_type.frac)
+
+
+def resize(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """Nearest-neighbour upsampling by integer factors: each input pixel repeated."""
+    y = ins[0]
+    for i, s in enumerate(ResizeAttrs.of(node).scales):
+        if s != 1:
+            y = np.repeat(y, s, axis=i + 1)
+    return _to_out(g, node, node.inputs[0], y)
+
+
 # What every op of the vocabulary computes (tests/graphs/test_ops.py: all of ops.Op, no other).
 OPS: dict[Op, OpFn] = {
     Op.DENSE: dense, Op.ADD: add, Op.SUB: sub, Op.MUL: mul, Op.DIV: div, Op.RELU: relu,
     Op.LEAKY_RELU: leaky_relu, Op.LUT: lut, Op.SOFTMAX: softmax, Op.THRESHOLD: threshold,
     Op.REQUANT: requant, Op.BIPOLAR: bipolar, Op.BATCHNORM: batchnorm, Op.RESHAPE: reshape,
-    Op.TRANSPOSE: transpose, Op.CONCAT: concat, Op.GATHER: gather,
+    Op.TRANSPOSE: transpose, Op.CONCAT: concat, Op.GATHER: gather, Op.CONV: conv,
+    Op.MAX_POOL: max_pool, Op.AVG_POOL: avg_pool, Op.RESIZE: resize,
 }
 
 

@@ -15,6 +15,15 @@ anything else a constant multiplier), the bias as one more term, then the adder 
 multiplier but that many shifted (and negated) copies of the input, leaves of the tree: no
 DSP, no separate multiplier logic, every stage at most `adder_levels` adders deep.
 
+R = 1, strategy "da" (`--strategy da`; "auto" picks per layer, hdl/flow/fit.py
+choose_strategy): no product at all. The weight matrix (pre-shifted to the sum's binary
+point) is one shared adder graph (hdl/cmvm.py: CSD digits, two-term common subexpressions
+extracted across all outputs, a shallowest-first tree per output with the bias, plus the
+rounding's half for RND, as its constant). Each node is a signal of its exact width (at
+most M bits, modulo 2**M); a register goes after adder level d wherever plan_stages puts
+one (each level weighs 1), and a value read at a later stage is delayed by registers to
+it. Latency = registers planned + 1, II = 1, both known before elaboration.
+
 R > 1 (fold.Fold): the input vector is loaded into a rotating register and consumed in R_in
 chunks of c elements, one chunk per step, for each of R_out output groups of m outputs:
 c * m time-shared lanes. The coefficients of every multiplier lane for a step are one word
@@ -40,13 +49,18 @@ import numpy as np
 from amaranth.hdl import Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib.memory import Memory
 
-from ..graphs.types import FixedType
+from ..graphs.types import FixedType, Rounding
+from . import cmvm
 from .arith import const_mul, fit, overflow, relu, shape_of, shift_round
 from .component import Unit
+from .errors import HdlError
 from .fold import fold_lanes, fold_shape, lane_kinds
 from .schedule import Schedule, plan_stages
 
 BRAM_MIN_DEPTH = 16  # coefficient ROMs at least this deep go to block RAM
+# per layer: "mult" (a product per weight: DSPs, shifts, shift-add leaves) or "da" (R = 1:
+# one shared adder graph, hdl/cmvm.py); "auto" is resolved per layer before lowering
+STRATEGIES = ("mult", "da")
 
 
 def csd(c: int) -> list[tuple[int, int]]:
@@ -70,7 +84,8 @@ def tree_levels(n_terms: int) -> int:
 class Dense(Unit):
     def __init__(self, tx: FixedType, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
                  tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
-                 reuse: int = 1, adder_levels: int = 4, schedule: Schedule | None = None):
+                 reuse: int = 1, adder_levels: int = 4, schedule: Schedule | None = None,
+                 strategy: str = "mult"):
         w = np.asarray(w, dtype=np.int64)
         self.n_in, self.n_out = w.shape
         super().__init__([(tx, self.n_in)], (tout, self.n_out))
@@ -86,7 +101,13 @@ class Dense(Unit):
         self.reuse = int(reuse)
         self.ii = self.reuse
         rq = [self.pipe.requant_levels] * 2  # rounding, overflow + ReLU
-        if self.reuse == 1:
+        if strategy not in STRATEGIES:
+            raise HdlError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        # adder graphs at R = 1 only: a folded layer time-shares its multipliers
+        self.strategy = "da" if strategy == "da" and self.reuse == 1 else "mult"
+        if self.strategy == "da":
+            self._plan_graph(w, rq)
+        elif self.reuse == 1:
             self._plan_parallel(w, rq)
         else:
             self._plan_folded(w, rq)
@@ -111,6 +132,24 @@ class Dense(Unit):
             neg = bool(((w < 0) & (p2 | sa)).any())
             mw = L if self.multipliers else int(neg)
         self.stage_regs = plan_stages([mw] + [1] * self.levels + rq, L)
+        self.latency = sum(self.stage_regs) + 1
+
+    def _plan_graph(self, w: np.ndarray, rq: list[int]) -> None:
+        """R = 1 as one shared adder graph (hdl/cmvm.py): the weights pre-shifted to the
+        sum's binary point, the bias (plus the rounding's half for RND: one adder fewer per
+        output) as each column's constant, widths modulo 2**M. A register after every
+        adder level where the schedule puts one (plan_stages: each level weighs 1)."""
+        tx = self.tx
+        lo = -(1 << (tx.width - 1)) if tx.signed else 0  # every code the port can carry
+        hi = (1 << (tx.width - (1 if tx.signed else 0))) - 1
+        s = self.frac - self.tout.frac
+        self.round_trn = self.tout.rounding == Rounding.RND and s > 0
+        bias = [b + ((1 << (s - 1)) if self.round_trn else 0) for b in self.bias]
+        self.graph = cmvm.optimize(np.asarray(w, dtype=np.int64) << self.p_shift,
+                                   [lo] * self.n_in, [hi] * self.n_in, bias, cap=self.mod)
+        self.multipliers = self.shifts = 0
+        self.levels = self.graph.depth
+        self.stage_regs = plan_stages([1] * self.levels + rq, self.adder_levels)
         self.latency = sum(self.stage_regs) + 1
 
     def _plan_folded(self, w: np.ndarray, rq: list[int]) -> None:
@@ -146,7 +185,12 @@ class Dense(Unit):
     def describe(self) -> dict[str, object]:
         d = super().describe()
         d["adder_levels"] = self.adder_levels
-        if self.reuse == 1:
+        d["strategy"] = self.strategy
+        if self.strategy == "da":
+            d["adder_graph"] = {"adders": len(self.graph.adders()), "depth": self.levels,
+                                "chain_bits": sum(self.graph.chain_bits(i)
+                                                  for i in self.graph.adders())}
+        elif self.reuse == 1:
             d["shift_add"] = int(self.shift_add.sum())
         if self.reuse > 1:
             f = self.fold
@@ -197,7 +241,9 @@ class Dense(Unit):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        if self.reuse == 1:
+        if self.strategy == "da":
+            self._graph(m)
+        elif self.reuse == 1:
             self._parallel(m)
         else:
             self._folded(m)
@@ -228,6 +274,54 @@ class Dense(Unit):
         sums, _ = self._tree(m, cols, flags[1:1 + self.levels], [])
         outs, _ = self._requant(m, sums, flags[1 + self.levels], [])
         self.out_regs(m, outs)
+
+    def _graph(self, m: Module) -> None:
+        """The adder graph, node by node (one signal each, its exact width or M bits), each
+        value delayed by registers to the stage of every level that reads it."""
+        g, flags = self.graph, self.stage_regs
+        pre = [0]
+        for f in flags:
+            pre.append(pre[-1] + int(f))
+        x = self.inputs()
+        vals: dict[tuple[int, int], Value] = {}  # (node, stage) -> value in that stage
+
+        def at(i: int, stage: int) -> Value:
+            v = vals.get((i, stage))
+            if v is None:
+                v = self.regs(m, [at(i, stage - 1)], f"n{i}s{stage}_")[0]
+                vals[(i, stage)] = v
+            return v
+
+        for i, nd in enumerate(g.nodes):
+            home = pre[nd.depth - 1] if nd.depth else 0
+            if nd.kind == "in":
+                vals[(i, 0)] = x[nd.a]
+                continue
+            if nd.kind == "const":
+                vals[(i, 0)] = Const(nd.c)
+                continue
+            width = g.node_width(i)
+            # keep: yosys would otherwise merge chains of adds into one $macc, mapped as a
+            # carry-save tree of LUT4s (a + b + c on ECP5: 9 CCU2C + 97 LUT4 merged,
+            # 27 CCU2C kept); each node stays its own carry chain
+            sig = Signal(signed(width) if nd.lo < 0 or width < nd.width else unsigned(width),
+                         name=f"n{i}", attrs={"keep": 1})
+            a = Value.cast(at(nd.a, home))
+            if nd.kind == "neg":
+                m.d.comb += sig.eq(-a)
+            else:
+                b = Value.cast(at(nd.b, home)) << nd.sb
+                m.d.comb += sig.eq((a << nd.sa) + b if nd.sign > 0 else (a << nd.sa) - b)
+            vals[(i, home)] = sig
+        stage = pre[self.levels]
+        sums = [Const(0, 1) if o is None else Value.cast(at(o[0], stage)) << o[1]
+                for o in g.outputs]
+        r = [shift_round(fit(v, self.mod, True), self.frac - self.tout.frac,
+                         Rounding.TRN if self.round_trn else self.tout.rounding)
+             for v in sums]
+        if flags[self.levels]:
+            r = self.regs(m, r, "rq")
+        self.out_regs(m, [self._finish(v) for v in r])
 
     def _folded(self, m: Module) -> None:
         f = self.fold

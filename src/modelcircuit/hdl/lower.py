@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from amaranth.hdl import Mux, Value
@@ -32,6 +33,7 @@ class Options:
     reuse: dict[str, int]  # Dense node name -> reuse factor (missing: 1)
     adder_levels: int = 4
     schedule: Schedule = SCHEDULES["latency"]  # the register schedule
+    strategy: Any = "mult"  # "mult" | "da", or Dense node name -> that (missing: "mult")
 
 
 def _t(g: Graph, name: str, node: Node) -> FixedType:
@@ -75,7 +77,9 @@ def lower_dense(g: Graph, node: Node, opt: Options) -> Unit:
                        f"match the input of {g.tensor(x).size} elements")
     return Dense(tx, w, _t(g, wn, node), None if bn is None else np.asarray(g.constants[bn]),
                  None if bn is None else _t(g, bn, node), tout, a.acc, a.relu,
-                 opt.reuse.get(node.name, 1), opt.adder_levels, opt.schedule)
+                 opt.reuse.get(node.name, 1), opt.adder_levels, opt.schedule,
+                 opt.strategy if isinstance(opt.strategy, str)
+                 else opt.strategy.get(node.name, "mult"))
 
 
 def _elementwise(g: Graph, node: Node, fn: Callable[[list[list[Value]]], list[Value]],
@@ -205,8 +209,12 @@ LOWERING: dict[Op, Lowering] = {
 REFUSED: dict[Op, str] = {
     Op.DIV: "a quotient of two activations is float only; a circuit needs fixed point",
     Op.BATCHNORM: "folded into the preceding Dense before fixed point; float golden only",
-    Op.CONCAT: "no circuit yet (the golden model runs it)",
+    Op.CONCAT: "no whole-vector circuit yet (channel concat of pixel streams: hdl/conv.py)",
     Op.GATHER: "no circuit yet (the golden model runs it)",
+    Op.CONV: "a model with spatial ops streams pixels: hdl/conv.py lowers it",
+    Op.MAX_POOL: "a model with spatial ops streams pixels: hdl/conv.py lowers it",
+    Op.AVG_POOL: "a model with spatial ops streams pixels: hdl/conv.py lowers it",
+    Op.RESIZE: "a model with spatial ops streams pixels: hdl/conv.py lowers it",
 }
 
 

@@ -26,6 +26,9 @@ class ReusePlan:
 
     layers: Mapping[str, int]
     fit: dict[str, Any] | None = field(default=None, compare=False)
+    # Dense node name -> "mult" | "da" (strategy "auto" resolved by the flow); None: the
+    # compiled graph's strategy option for every layer
+    strategy: Mapping[str, str] | None = None
 
 
 Reuse = int | Mapping[str, int] | ReusePlan

@@ -1,6 +1,7 @@
 """The register schedule: where a unit puts its pipeline registers.
 
-Every step of a datapath has a weight in "adder levels" and a register is placed wherever
+Every step of a datapath has a weight in "adder levels" (an adder graph, strategy "da", is
+one level per adder of its depth) and a register is placed wherever
 the next step would push a stage past `adder_levels` levels (`plan_stages`). The steps of a
 Dense (hdl/dense.py) are: the products (a real multiplier weighs `mul_levels`), the
 adder-tree levels (1 each), the accumulate (folded only), the rounding and the

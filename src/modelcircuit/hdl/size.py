@@ -54,18 +54,38 @@ def limit_note(name: str) -> str:
 
 
 def dense_weights(g: Any) -> dict[str, np.ndarray]:
-    """Dense node name -> integer weight matrix (N_in, N_out), constant weights only."""
-    return {n.name: np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
-            for n in g.nodes if n.op in LINEAR and n.inputs[1] in g.constants}
+    """Dense node name -> integer weight matrix (N_in, N_out), constant weights only. A
+    Conv's is the Dense its streaming circuit runs per window (hdl/stream.py
+    `conv_weights`: (kh*kw*Cin, Cout), block-diagonal for groups)."""
+    out = {}
+    for n in g.nodes:
+        if n.op in LINEAR and n.inputs[1] in g.constants:
+            w = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
+            if n.op == Op.CONV:
+                from .stream import conv_weights
+
+                w = conv_weights(w.reshape((1,) + w.shape) if w.ndim == 3 else w,
+                                 int(n.get("group", 1) or 1))
+            out[n.name] = w
+    return out
+
+
+def _streamed(g: Any) -> bool:
+    from ..graphs.ops import SPATIAL
+
+    return any(n.op in SPATIAL for n in g.nodes)
 
 
 def other_size(g: Any) -> tuple[int, int]:
-    """(element-wise operations, lookup-table bits) of the ops other than Dense."""
+    """(element-wise operations, lookup-table bits) of the ops other than Dense. In a
+    streamed model (hdl/conv.py) an op on a frame runs per pixel: C operations."""
     ops = bits = 0
+    streamed = _streamed(g)
     for n in g.nodes:
         if n.op in LINEAR | LAYOUT:
             continue
-        size = int(g.tensor(n.outputs[0]).size)
+        shp = g.tensor(n.outputs[0]).shape
+        size = int(shp[-1]) if streamed and len(shp) >= 2 else int(g.tensor(n.outputs[0]).size)
         if n.op == Op.THRESHOLD and n.inputs[1] in g.constants:
             thr = np.asarray(g.constants[n.inputs[1]])
             size *= max(1, int(thr.shape[-1]) if thr.ndim else 1)

@@ -69,7 +69,16 @@ class ModelTop(wiring.Component):
             reuse = compiled.options.get("reuse", 1)
         plan = resolve_reuse(compiled, reuse)
         self.fit = reuse.fit if isinstance(reuse, ReusePlan) else None
-        opt = Options(plan, sched.adder_levels, sched)
+        # Dense strategy: the plan's per-layer choice (the flow resolves "auto" for an FPGA
+        # profile, hdl/flow/fit.plan_reuse), else the compiled option; "auto" without a
+        # device: adder graphs (no DSP budget to spend)
+        strategy = compiled.options.get("strategy", "mult")
+        if isinstance(reuse, ReusePlan) and reuse.strategy is not None:
+            strategy = dict(reuse.strategy)
+        elif strategy == "auto":
+            strategy = "da"
+        self.strategy = strategy
+        opt = Options(plan, sched.adder_levels, sched, strategy)
         self.graph = g
         self.units: list[tuple[str, Any, Unit, int]] = []  # (instance, node, unit, start time)
         time = {g.inputs[0]: 0}
@@ -245,6 +254,13 @@ def build_top(compiled: CompiledGraph, reuse: Reuse | str | None = None,
     port packing; for a plan of `--reuse auto`, its fit block under "fit"). `reuse`: a
     resolved plan (hdl/reuse.py). adder_levels / pipeline (the register schedule): None =
     the default for the compiled graph's target (schedule.resolve_schedule). Raises
-    HdlError for anything that cannot be lowered."""
+    HdlError for anything that cannot be lowered. A model with spatial ops (Conv, pools,
+    Resize) streams one pixel per handshake (hdl/stream.py, hdl/conv.py); its info says
+    "streamed": true and gives the frame of each port."""
+    from .conv import StreamModel, is_streamed
+
+    if is_streamed(compiled.graph):
+        sm = StreamModel(compiled, reuse, adder_levels, pipeline)
+        return sm.top, sm.info()
     top = ModelTop(compiled, reuse, adder_levels, pipeline)
     return top, top.info()

@@ -16,6 +16,11 @@ Phases: the first `timing_vectors` vectors are driven back to back with o__ready
 (they measure latency and II against the compile-time figures); after they have come out,
 the rest are driven with random valid gaps and random o__ready backpressure (seeded). After
 the last output the bench keeps o__ready high for a while and fails on any extra output.
+
+Streamed models (hdl/stream.py): a frame is `in_per_frame` input tokens (pixels) and
+`out_per_frame` output tokens; the timing phase is the first `timing_vectors` frames; the
+latency of frame f = the cycle of its last output - the cycle of its first input, compared
+with the compile-time `latency_frames`; II = the spacing of accepted input pixels.
 """
 
 from __future__ import annotations
@@ -155,14 +160,23 @@ async def run_cycles(dut: Any, driver: Driver, monitor: Monitor, max_cycles: int
         monitor.after_edge()
 
 
-def _timing(in_cycles: list[int], out_cycles: list[int], n_timing: int) -> dict[str, Any]:
-    n = min(len(in_cycles), len(out_cycles))
-    lat = [out_cycles[i] - in_cycles[i] for i in range(n)]
+def _timing(in_cycles: list[int], out_cycles: list[int], n_timing: int, pin: int = 1,
+            pout: int = 1) -> dict[str, Any]:
+    """Latency per frame (pin input tokens, pout output tokens; 1 and 1 for vectors), over
+    the first n_timing frames and all; input spacing within the timing frames."""
+    n = min(len(in_cycles) // pin, len(out_cycles) // pout)
+    lat = [out_cycles[(i + 1) * pout - 1] - in_cycles[i * pin] for i in range(n)]
     t_lat = lat[:n_timing]
-    spacing = [in_cycles[i + 1] - in_cycles[i] for i in range(min(n_timing, len(in_cycles)) - 1)]
-    out_spacing = [out_cycles[i + 1] - out_cycles[i]
-                   for i in range(min(n_timing, len(out_cycles)) - 1)]
-    return {"latency": min(t_lat) if t_lat else None,
+    n_in = min(n_timing * pin, len(in_cycles))
+    # within frames (a streamed model may idle between frames: "frame_spacing")
+    spacing = [in_cycles[i + 1] - in_cycles[i] for i in range(n_in - 1)
+               if pin == 1 or (i + 1) % pin]
+    frame_spacing = [in_cycles[(f + 1) * pin] - in_cycles[f * pin]
+                     for f in range(n_in // pin - 1)] if pin > 1 else []
+    out_spacing = [] if (pin, pout) != (1, 1) else [
+        out_cycles[i + 1] - out_cycles[i] for i in range(min(n_timing, len(out_cycles)) - 1)]
+    return {"latency": min(t_lat) if t_lat else None, "latency_frames": t_lat,
+            "frame_spacing": frame_spacing,
             "latency_max_timing": max(t_lat) if t_lat else None,
             "latency_min_all": min(lat) if lat else None,
             "ii": max(spacing) if spacing else None,
@@ -177,14 +191,16 @@ async def stream_bench(dut: Any) -> None:
     payloads: list[int] = cfg["inputs"]
     expected: list[int] | None = cfg.get("expected")
     out_port = Port.from_info(cfg["output"])
-    n, lat_c, ii_c = len(payloads), cfg.get("latency"), cfg.get("ii")
-    n_timing = min(n, int(cfg.get("timing_vectors", 8)))
+    pin, pout = int(cfg.get("in_per_frame") or 1), int(cfg.get("out_per_frame") or 1)
+    frames = len(payloads) // pin
+    n, lat_c, ii_c = frames * pout, cfg.get("latency"), cfg.get("ii")
+    n_timing = min(frames, int(cfg.get("timing_vectors", 8)))  # frames
     gaps, bp = float(cfg.get("gaps", 0.0)), float(cfg.get("backpressure", 0.0))
     rng = random.Random(int(cfg.get("seed", 0)))
     ii_guess = max(1, int(ii_c or 1))
     slack = 1.0 / max(1e-3, (1 - gaps)) / max(1e-3, (1 - bp))
     max_cycles = int(cfg.get("max_cycles") or (
-        4 * ((lat_c or 0) + 16) + int(4 * n * ii_guess * slack) + 1000))
+        4 * ((lat_c or 0) + 16) + int(4 * frames * pin * ii_guess * slack) + 1000))
     drain = int(cfg.get("drain") or 2 * ((lat_c or 0) + ii_guess) + 8)
 
     Clock(dut.clk, 10, unit="ns").start()
@@ -197,13 +213,13 @@ async def stream_bench(dut: Any) -> None:
     dut.rst.value = 0
 
     board = Scoreboard(expected, out_port)
-    driver = Driver(dut, payloads, n_timing, gaps, random.Random(rng.getrandbits(64)))
-    monitor = Monitor(dut, n, n_timing, bp, random.Random(rng.getrandbits(64)), board)
+    driver = Driver(dut, payloads, n_timing * pin, gaps, random.Random(rng.getrandbits(64)))
+    monitor = Monitor(dut, n, n_timing * pout, bp, random.Random(rng.getrandbits(64)), board)
     t0 = time.perf_counter()
     cycles, timed_out = await run_cycles(dut, driver, monitor, max_cycles, drain)
     wall = time.perf_counter() - t0
 
-    timing = _timing(driver.in_cycles, monitor.out_cycles, n_timing)
+    timing = _timing(driver.in_cycles, monitor.out_cycles, n_timing, pin, pout)
     lost = n - min(len(monitor.outputs), n)
     if lost and expected is not None and board.first is None:
         board.first = mismatch_report(len(monitor.outputs), 0, None, out_port)
@@ -215,7 +231,9 @@ async def stream_bench(dut: Any) -> None:
         "stalled_fraction": monitor.stalled_cycles / max(1, cycles),
         "mismatches": board.mismatches + lost, "first_mismatch": board.first,
         "checked": expected is not None, "timing_vectors": n_timing,
-        "latency_expected": lat_c, "ii_expected": ii_c, **timing,
+        "latency_expected": lat_c, "ii_expected": ii_c,
+        "latency_frames_expected": cfg.get("latency_frames"),
+        "frame_cycles_expected": cfg.get("frame_cycles"), **timing,
         "wall_s": wall, "stream_wall_s": max(0.0, monitor.done_wall - t0) if monitor.done_at is not None else 0.0,
     }
     Path(OUT_FILE).write_text(json.dumps(result))

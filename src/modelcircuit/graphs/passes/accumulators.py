@@ -10,8 +10,18 @@ import dataclasses
 
 import numpy as np
 
-from ..ir import Graph, GraphError, Node
-from ..ops import ADDITIVE, ELEMENTWISE_BINARY, AddAttrs, DenseAttrs, Op
+from ..ir import Graph, GraphError, Node, Tensor
+from ..ops import (
+    ADDITIVE,
+    ELEMENTWISE_BINARY,
+    LAYOUT,
+    LINEAR,
+    SELECTING,
+    AddAttrs,
+    AvgPoolAttrs,
+    Op,
+    attrs,
+)
 from ..types import FixedType, TypeError_, type_for_range
 
 
@@ -31,6 +41,29 @@ def dense_range(xt: FixedType, w: np.ndarray, b: np.ndarray | None, bt: FixedTyp
         hi_col = hi_col * (1 << sh_acc) + bb * (1 << sh_b)
         frac = bf
     return int(min(lo_col.min(), 0)), int(max(hi_col.max(), 0)), frac
+
+
+def linear_weights(g: Graph, node: Node) -> np.ndarray:
+    """A Dense's (K, N) weights, or a Conv's as (window * Cin/group, Cout): each output
+    channel's exact range is that of a Dense column (a padded position contributes 0, which
+    every column's range holds)."""
+    w = np.asarray(g.constants[node.inputs[1]])
+    return w if node.op == Op.DENSE else w.reshape(-1, w.shape[-1])
+
+
+def avg_recip(node: Node, acc: FixedType, count: int) -> tuple[FixedType, int]:
+    """The reciprocal of an AvgPool's window count as a fixed-point constant: exact for a
+    power of two (F = log2(count)), else round(2**F / count) with F = 32 fractional bits (at
+    most what keeps sum * recip within 62 bits)."""
+    if count & (count - 1) == 0:
+        f = count.bit_length() - 1
+    else:
+        f = min(32, 62 - acc.width - 1)
+        if f < 8:
+            raise GraphError(f"node {node.name} (AvgPool): the window sum is {acc.width} bits "
+                             "wide, too wide to divide by the window size in 64 bits")
+    code = (2 * (1 << f) + count) // (2 * count)  # round half up
+    return FixedType(f + 2, 2, False), code
 
 
 def _check(node: Node, lo: int, hi: int, frac: int, what: str) -> FixedType:
@@ -65,19 +98,35 @@ def accumulator_types(g: Graph) -> Graph:
     tensors = dict(g.tensors)
     nodes = []
     for node in g.nodes:
+        if ((node.op in LAYOUT or node.op in SELECTING) and tensors[node.outputs[0]].dtype is None
+                and tensors[node.inputs[0]].dtype is not None):  # after an exact producer
+            tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]],
+                                                           dtype=tensors[node.inputs[0]].dtype)
         out_t = tensors[node.outputs[0]].dtype
         in_t = [tensors[i].dtype for i in node.inputs if i]
         if any(isinstance(t, FixedType) for t in in_t) and (out_t is None or not out_t.is_float):
             _check_fixed_elementwise(g, node)
-            if node.op == Op.DENSE:
+            if node.op in LINEAR:
                 xt, wt = in_t[0], in_t[1]
                 b = g.constants[node.inputs[2]] if len(node.inputs) > 2 else None
                 bt = in_t[2] if len(in_t) > 2 else None
-                lo, hi, frac = dense_range(xt, g.constants[node.inputs[1]], b, bt, wt)
+                lo, hi, frac = dense_range(xt, linear_weights(g, node), b, bt, wt)
                 acc = _check(node, lo, hi, frac, "accumulator")
                 node = node.with_attrs(acc=str(acc))
-                if DenseAttrs.of(node).exact:
+                if attrs(node).exact:  # type: ignore[attr-defined]
                     tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]], dtype=acc)
+            elif node.op == Op.AVG_POOL and isinstance(in_t[0], FixedType):
+                xt = in_t[0]
+                count = int(np.prod(AvgPoolAttrs.of(node).kernel))
+                acc = _check(node, count * xt.qmin, count * xt.qmax, xt.frac, "window sum")
+                rt, code = avg_recip(node, acc, count)
+                rn = f"{node.name}_recip"
+                consts = dict(g.constants)
+                consts[rn] = np.asarray(code, dtype=np.int64)
+                tensors[rn] = Tensor(rn, (), rt)
+                g = g.replace(constants=consts)
+                node = node.with_attrs(acc=str(acc), recip_type=str(rt))
+                node = dataclasses.replace(node, inputs=(node.inputs[0], rn))
             elif node.op in ADDITIVE and all(isinstance(t, FixedType) for t in in_t):
                 a, b = in_t[0], in_t[1]
                 f = max(a.frac, b.frac)

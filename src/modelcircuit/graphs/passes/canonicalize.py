@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from ..ir import Graph, Tensor, prune
-from ..ops import EXACT_PRODUCERS, FLOAT_CHAIN, BatchNormAttrs, DenseAttrs, Op
+from ..ops import EXACT_PRODUCERS, FLOAT_CHAIN, LINEAR, BatchNormAttrs, Op, attrs
 from ._util import single_consumer, splice
 
 
@@ -83,7 +83,7 @@ def fold_batchnorm(g: Graph) -> Graph:
     while changed:
         changed = False
         for d in g.nodes:
-            if d.op != Op.DENSE or DenseAttrs.of(d).relu:
+            if d.op not in LINEAR or attrs(d).relu:  # type: ignore[attr-defined]
                 continue
             nxt = single_consumer(g, d.outputs[0])
             if nxt is None or nxt.inputs[0] != d.outputs[0]:
@@ -93,17 +93,20 @@ def fold_batchnorm(g: Graph) -> Graph:
             if g.tensor(nxt.outputs[0]).dtype is not None:
                 continue
             w = np.asarray(g.constants[d.inputs[1]], dtype=np.float64)
-            aff = _affine(g, nxt, w.shape[1])
+            n_out = w.shape[-1]  # Dense (K, N), Conv (*kernel, Cin/group, Cout)
+            if nxt.op == Op.BATCHNORM and d.op != Op.DENSE:
+                continue  # an IR BatchNorm normalises axis 0; a frame's channels are last
+            aff = _affine(g, nxt, n_out)
             if aff is None:
                 continue
             k, c = aff
             b0 = (np.asarray(g.constants[d.inputs[2]], dtype=np.float64).reshape(-1)
-                  if len(d.inputs) > 2 else np.zeros(w.shape[1]))
+                  if len(d.inputs) > 2 else np.zeros(n_out))
             consts, tensors = dict(g.constants), dict(g.tensors)
             wn, bname = f"{nxt.name}_W", f"{nxt.name}_b"
-            consts[wn], consts[bname] = w * k[None, :], b0 * k + c
+            consts[wn], consts[bname] = w * k, b0 * k + c  # k scales the last axis
             tensors[wn] = dataclasses.replace(g.tensor(d.inputs[1]), name=wn)
-            tensors[bname] = Tensor(bname, (w.shape[1],))
+            tensors[bname] = Tensor(bname, (n_out,))
             nd = dataclasses.replace(d, inputs=(d.inputs[0], wn, bname), outputs=nxt.outputs)
             g = prune(g.replace(nodes=splice(g, {nxt.name}, {d.name: nd}), constants=consts,
                                 tensors=tensors))
@@ -154,7 +157,8 @@ def fold_requant(g: Graph) -> Graph:
         p = g.producer(r.inputs[0])
         if p is None or p.op not in EXACT_PRODUCERS or single_consumer(g, p.outputs[0]) is None:
             continue
-        if g.tensor(p.outputs[0]).dtype is not None or _after_float_chain(g, p):
+        if (g.tensor(p.outputs[0]).dtype is not None or _after_float_chain(g, p)
+                or _float_operand(g, p)):  # a float bias: exact as thresholds, not a type
             continue
         np_ = dataclasses.replace(p, outputs=r.outputs)
         g = prune(g.replace(nodes=splice(g, {r.name}, {p.name: np_})))

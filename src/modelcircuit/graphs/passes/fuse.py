@@ -1,11 +1,11 @@
-"""Fusions that keep the numbers identical: Dense + ReLU."""
+"""Fusions that keep the numbers identical: Dense (or Conv) + ReLU."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from ..ir import Graph, prune
-from ..ops import DenseAttrs, Op
+from ..ops import LINEAR, Op, attrs
 from ..types import FixedType, Overflow
 from ._util import single_consumer, splice
 
@@ -18,14 +18,14 @@ def fuse_dense_relu(g: Graph) -> Graph:
     requant(0) = 0, so max(requant(acc), 0) = requant(max(acc, 0)).
     """
     for d in list(g.nodes):
-        if d.op != Op.DENSE or DenseAttrs.of(d).relu:
+        if d.op not in LINEAR or attrs(d).relu:  # type: ignore[attr-defined]
             continue
         r = single_consumer(g, d.outputs[0])
         if r is None or r.op != Op.RELU:
             continue
         td, tr = g.tensor(d.outputs[0]).dtype, g.tensor(r.outputs[0]).dtype
         ok = td == tr or (isinstance(tr, FixedType) and tr.overflow == Overflow.SAT
-                          and DenseAttrs.of(d).exact)
+                          and attrs(d).exact)  # type: ignore[attr-defined]
         if td is not None and td.is_float and tr is not None and tr.is_float:
             ok = True
         if not ok:

@@ -22,7 +22,7 @@ from ..ops import LAYOUT, Op
 from ..types import FLOAT32, FixedType
 
 AFFINE = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.BATCHNORM})
-_INTEGER_SOURCES = frozenset({Op.DENSE, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD})
+_INTEGER_SOURCES = frozenset({Op.DENSE, Op.CONV, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD})
 
 
 def _host_op(g: Graph, n: Node) -> bool:

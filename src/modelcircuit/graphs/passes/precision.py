@@ -15,11 +15,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..ir import Graph, GraphError, Node, Tensor
-from ..ops import FLOAT_CHAIN, LAYOUT, LeakyReluAttrs, Op
+from ..ops import FLOAT_CHAIN, LAYOUT, LINEAR, SELECTING, LeakyReluAttrs, Op
 from ..types import FLOAT32, FixedType, NumType, parse_type
 
 DEFAULT_PRECISION = FixedType(16, 6)
-_EXACT_OPS = frozenset({Op.DENSE, Op.ADD, Op.SUB})  # ops with an `exact` attribute
+_EXACT_OPS = frozenset({Op.DENSE, Op.CONV, Op.ADD, Op.SUB})  # ops with an `exact` attribute
 
 
 def fit_int_bits(max_abs: float, width: int, signed: bool = True) -> int:
@@ -135,7 +135,7 @@ def assign_types(g: Graph, precision: NumType | None = None,
             # which is what the ReLU makes of them anyway): then the two fuse
             node = g.producer(name)
             cons = g.consumers(name)
-            if node is not None and node.op == Op.DENSE and len(cons) == 1 and cons[0].op == Op.RELU:
+            if node is not None and node.op in LINEAR and len(cons) == 1 and cons[0].op == Op.RELU:
                 lo, hi = ranges.get(cons[0].outputs[0], (lo, hi))
             signed = lo < 0
             return dataclasses.replace(base, signed=signed,
@@ -163,7 +163,7 @@ def assign_types(g: Graph, precision: NumType | None = None,
             t = _per_layer_type(per_layer, node.name, part)
             vals = g.constants[c]
             if t is None:
-                if node.op == Op.DENSE and not ranges:
+                if node.op in LINEAR and not ranges:
                     t = base
                 else:
                     t = fit_type(vals, base)
@@ -176,8 +176,11 @@ def assign_types(g: Graph, precision: NumType | None = None,
         out = node.outputs[0]
         if tensors[out].dtype is None:
             ins = [tensors[i].dtype for i in node.inputs if i]
-            if node.op in LAYOUT:
+            if node.op in LAYOUT or node.op in SELECTING:
                 set_t(out, ins[0])
+            elif (node.op == Op.CONCAT and model_typed and precision is None
+                  and ins and all(t is not None and t == ins[0] for t in ins)):
+                set_t(out, ins[0])  # channel concat of one quantizer's codes: no conversion
             elif _per_layer_type(per_layer, node.name, "result") is not None:
                 set_t(out, activation_type(out, node.name))
             elif in_chain:
@@ -185,7 +188,7 @@ def assign_types(g: Graph, precision: NumType | None = None,
             elif (model_typed and precision is None and node.op in _EXACT_OPS
                   and all(t is not None for t in ins)):
                 node = node.with_attrs(exact=True)
-            elif (node.op == Op.DENSE and _chain_to_model_quant(g, node)
+            elif (node.op in LINEAR and _chain_to_model_quant(g, node)
                   and all(t is not None for t in ins)):
                 node = node.with_attrs(exact=True)
             else:

@@ -10,6 +10,8 @@ such operands computes
 so it becomes an exact integer Dense(q, c) followed by Mul(s * w_j) and Add(b'_j): float
 arithmetic on the accumulator (a float bias the model did not quantize moves out the same way), which passes/thresholds.py turns into exact thresholds before
 the next quantizer, or which stays a float tail run on the host (graphs/host.py).
+A Conv is the same per window, its weights (window * Cin/group, Cout) as the columns (with a
+zero point only without padding: a padded position holds the value 0, not the code 0).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import dataclasses
 import numpy as np
 
 from ..ir import Graph, GraphError, Node, Tensor, prune
-from ..ops import Op
+from ..ops import LAYOUT, LINEAR, SELECTING, ConvAttrs, Op
 from ..types import FixedType, type_for_range
-from ._util import single_consumer
+from ._util import single_consumer, splice
 
 MAX_CODE = 1 << 24  # weight codes beyond this are not a quantizer's
 
@@ -79,16 +81,77 @@ def _input_scale(g: Graph, x: str) -> tuple[str, float, float, set[str]]:
     return cur, s, z, used
 
 
+def _typed(g: Graph, name: str):
+    """A tensor's type, or that of what a chain of layout ops (a Transpose of the input
+    frame to channels-last) moves, which is the same."""
+    t = g.tensor(name).dtype
+    p = g.producer(name)
+    while t is None and p is not None and p.op in LAYOUT:
+        t = g.tensor(p.inputs[0]).dtype
+        p = g.producer(p.inputs[0])
+    return t
+
+
+def _frame_layout(g: Graph, n: Node) -> bool:
+    """A Reshape/Transpose that puts a frame channels-last for the Conv it feeds (through
+    scalar Mul/Add already moved after it)."""
+    if n.op not in LAYOUT:
+        return False
+    cur = single_consumer(g, n.outputs[0])
+    while cur is not None and cur.op in (Op.MUL, Op.ADD) and _scalar(g, cur.inputs[1]) is not None:
+        cur = single_consumer(g, cur.outputs[0])
+    return cur is not None and cur.op == Op.CONV
+
+
+def sink_scales(g: Graph) -> Graph:
+    """A MaxPool or Resize after a per-tensor scale (Mul by a positive scalar, Add of a scalar:
+    a scaled-integer quantizer's s * (q - z)) moves before it: max and repetition commute with
+    both, so the pooling runs on the integer codes and the scale reaches the next Conv. So does
+    the Reshape/Transpose that puts an input frame channels-last for a Conv."""
+    changed = True
+    while changed:
+        changed = False
+        for n in g.nodes:
+            if n.op not in SELECTING and not _frame_layout(g, n):
+                continue
+            p = g.producer(n.inputs[0])
+            if p is None or p.op not in (Op.MUL, Op.ADD) or single_consumer(g, p.outputs[0]) is None:
+                continue
+            c = _scalar(g, p.inputs[1])
+            if c is None or (p.op == Op.MUL and c <= 0) or g.is_const(p.inputs[0]):
+                continue
+            t, k = f"{n.name}_codes", 1
+            while t in g.tensors:
+                t, k = f"{n.name}_codes{k}", k + 1
+            tensors = dict(g.tensors)
+            tensors[t] = Tensor(t, g.tensor(n.outputs[0]).shape, g.tensor(p.inputs[0]).dtype)
+            pooled = dataclasses.replace(n, inputs=(p.inputs[0],) + n.inputs[1:], outputs=(t,))
+            scaled = dataclasses.replace(p, inputs=(t,) + p.inputs[1:], outputs=n.outputs)
+            g = prune(g.replace(nodes=splice(g, set(), {p.name: pooled, n.name: scaled}),
+                                tensors=tensors))
+            changed = True
+            break
+    return g
+
+
 def factor_scales(g: Graph) -> Graph:
+    g = sink_scales(g)
     scales = tuple(float(s) for s in (g.get_meta("weight_scales") or ()))
     for d in list(g.nodes):
-        if d.op != Op.DENSE or g.tensor(d.outputs[0]).dtype is not None:
+        if d.op not in LINEAR or g.tensor(d.outputs[0]).dtype is not None:
             continue
         src, s, z, used = _input_scale(g, d.inputs[0])
-        if not isinstance(g.tensor(src).dtype, FixedType):
+        if not isinstance(_typed(g, src), FixedType):
             continue
         wname = d.inputs[1]
-        w = np.asarray(g.constants[wname], dtype=np.float64)
+        w_full = np.asarray(g.constants[wname], dtype=np.float64)
+        # a Conv's weights as a Dense's columns: (window * Cin/group, Cout)
+        w = w_full if d.op == Op.DENSE else w_full.reshape(-1, w_full.shape[-1])
+        if d.op == Op.CONV and z != 0.0 and any(ConvAttrs.of(d).pads):
+            raise GraphError(f"node {d.name} (Conv): its input quantizer has zero point "
+                             f"{z:g}, and the padding (value 0, code {z:g}) is not the code 0 "
+                             "the integer Conv pads with; a zero point with padding is not "
+                             "supported")
         wt = g.tensor(wname).dtype
         if isinstance(wt, FixedType):  # power-of-two weights: keep their type
             codes, col_scale, new_w = w, np.ones(w.shape[1]), False
@@ -107,7 +170,6 @@ def factor_scales(g: Graph) -> Graph:
              else np.zeros(w.shape[1]))
         b2 = np.broadcast_to(b, (w.shape[1],)) - s * z * col_scale * codes.sum(axis=0)
         consts, tensors = dict(g.constants), dict(g.tensors)
-        n_out = w.shape[1]
 
         def const(name: str, v: np.ndarray, t: FixedType | None = None, consts=consts,
                   tensors=tensors) -> str:
@@ -117,11 +179,11 @@ def factor_scales(g: Graph) -> Graph:
 
         cn = wname
         if new_w:
-            cn = const(f"{d.name}_codes", codes,
+            cn = const(f"{d.name}_codes", codes.reshape(w_full.shape),
                        type_for_range(int(codes.min(initial=0)), int(codes.max(initial=0)), 0))
         acc, scaled = f"{d.name}_acc", f"{d.name}_scaled"
         for t in (acc, scaled):
-            tensors[t] = Tensor(t, (n_out,))
+            tensors[t] = Tensor(t, g.tensor(d.outputs[0]).shape)
         kv = np.asarray(k[0]) if np.all(k == k[0]) else k
         has_bias = bool(np.any(b2))
         new = [dataclasses.replace(d, inputs=(src, cn), outputs=(acc,))]

@@ -19,10 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .. import fixed as fx
 from ..ir import Graph, GraphError, Node, Tensor, prune
-from ..ops import FLOAT_CHAIN, BatchNormAttrs, DenseAttrs, Op
+from ..ops import FLOAT_CHAIN, LINEAR, BatchNormAttrs, Op, attrs
 from ..types import FixedType
 from ._util import splice
-from .accumulators import dense_range
+from .accumulators import dense_range, linear_weights
 
 MAX_CODES = 1 << 16  # input ranges up to this are walked code by code, wider ones bisected
 MAX_LEVELS = 1 << 12  # output levels of one quantizer turned into thresholds
@@ -48,7 +48,7 @@ def _to_onnx(g: Graph, chain: list[Node], channels: int) -> onnx.ModelProto:
         ins = [n.inputs[0]]
         for c in n.inputs[1:]:
             v = np.asarray(g.constants[c], dtype=np.float64)
-            if n.op != Op.BATCHNORM and v.ndim == 1 and v.shape[0] == channels:
+            if n.op != Op.BATCHNORM and v.size == channels and v.shape[-1:] == (channels,):
                 v = v.reshape(1, channels)
             inits.append(numpy_helper.from_array(v, c))
             ins.append(c)
@@ -65,10 +65,10 @@ def _input_range(g: Graph, src: str, t: FixedType) -> tuple[int, int]:
     """The codes the chain can see: a Dense's exact accumulator range (from its constant
     weights), else the whole range of the input type."""
     p = g.producer(src)
-    if p is not None and p.op == Op.DENSE and DenseAttrs.of(p).exact:
+    if p is not None and p.op in LINEAR and attrs(p).exact:  # type: ignore[attr-defined]
         ts = [g.tensor(i).dtype for i in p.inputs]
         b = g.constants[p.inputs[2]] if len(p.inputs) > 2 else None
-        lo, hi, frac = dense_range(ts[0], g.constants[p.inputs[1]], b,
+        lo, hi, frac = dense_range(ts[0], linear_weights(g, p), b,
                                    ts[2] if len(ts) > 2 else None, ts[1])
         if frac == t.frac:
             return max(lo, t.qmin), min(hi, t.qmax)
@@ -154,10 +154,14 @@ def float_chains_to_thresholds(g: Graph) -> Graph:
         lo, hi = _input_range(g, src, t)
         shape = g.tensor(src).shape
         per_channel = any(np.asarray(g.constants[c]).size > 1 for n in chain for c in n.inputs[1:])
-        channels = int(np.prod(shape)) if per_channel else 1
-        if per_channel and len(shape) != 1:
-            raise GraphError(f"node {r.name}: per-channel float arithmetic on a rank-"
-                             f"{len(shape)} tensor is not supported")
+        channels = (int(shape[-1]) if shape else 1) if per_channel else 1
+        if per_channel and len(shape) != 1 and not all(
+                np.asarray(g.constants[c]).size in (1, channels)
+                and np.asarray(g.constants[c]).shape[-1:] in ((), (1,), (channels,))
+                for n in chain for c in n.inputs[1:] if n.op != Op.BATCHNORM):
+            raise GraphError(f"node {r.name}: float arithmetic with constants that vary other "
+                             f"than per channel (the last axis) on a rank-{len(shape)} tensor "
+                             "is not supported")
         sess = ort.InferenceSession(_to_onnx(g, chain, channels).SerializeToString(),
                                     providers=["CPUExecutionProvider"])
         quantize = _quantizer(g, r)

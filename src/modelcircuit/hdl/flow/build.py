@@ -98,6 +98,11 @@ def model_component(compiled: Any, reuse: Any, pipeline: str | None = None,
     the device's (schedule.default_schedule: "area" on iCE40, "fmax" on ECP5)."""
     if pipeline is None:
         pipeline = default_schedule(prof["name"] if prof else getattr(compiled, "profile", None))
+    if prof and isinstance(reuse, dict) and compiled.options.get("strategy") == "auto":
+        from ..reuse import ReusePlan
+        from .fit import choose_strategy  # `--strategy auto`: per layer, for this device
+
+        reuse = ReusePlan(reuse, None, choose_strategy(compiled, prof, reuse))
     return build_top(compiled, reuse=reuse, adder_levels=adder_levels, pipeline=pipeline)
 
 
@@ -112,9 +117,14 @@ def wrap_uart(core: Any, info: dict[str, Any], clk_hz: float, baud: int = 115200
 def _model_summary(info: dict[str, Any], fmax: float | None) -> dict[str, Any]:
     lat = info.get("latency")
     ii = info.get("ii")
-    return {"latency_cycles": lat, "ii": ii,
-            "latency_ns": round(lat * 1e3 / fmax, 2) if lat is not None and fmax else None,
-            "throughput_mvps": round(fmax / ii, 3) if ii and fmax else None}
+    out = {"latency_cycles": lat, "ii": ii,
+           "latency_ns": round(lat * 1e3 / fmax, 2) if lat is not None and fmax else None,
+           "throughput_mvps": round(fmax / ii, 3) if ii and fmax else None}
+    if info.get("streamed"):  # hdl/stream.py: ii per pixel, latency per frame
+        fc = info.get("frame_cycles")
+        out.update(streamed=True, frame_cycles=fc, ii_unit="cycles per input pixel",
+                   throughput_mvps=round(fmax / fc, 3) if fc and fmax else None)
+    return out
 
 
 def _place(core: Any, info: dict[str, Any], prof: dict[str, Any], out: Path, runner: Runner,
@@ -171,7 +181,7 @@ def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
     if isinstance(info.get("layers"), list):
         rep["model"]["layers"] = [{k: v for k, v in lay.items() if k in (
             "node", "op", "reuse", "ii", "latency", "multipliers", "shifts", "fold")}
-            for lay in info["layers"] if lay.get("op") == Op.DENSE]
+            for lay in info["layers"] if lay.get("op") in (Op.DENSE, Op.CONV)]
     rep["tool_wall_s"] = dict(runner.times)
     write_reports(rep, out)
     return rep
@@ -190,7 +200,7 @@ def run_flow(compiled: Any, hdl_dir: Path, fpga_dir: Path, progress: Progress = 
         pipeline, levels = d.get("pipeline", pipeline), d.get("adder_levels")
         if reuse is None:
             plan = {lay["node"]: int(lay["reuse"]) for lay in d.get("layers", [])
-                    if lay.get("op") == Op.DENSE}
+                    if lay.get("op") in (Op.DENSE, Op.CONV)}
             reuse = plan or None
     rep = run_model(compiled, prof, Path(fpga_dir), reuse=reuse, progress=progress,
                     pipeline=pipeline, adder_levels=levels)

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ...graphs.ops import LINEAR, DenseAttrs
+from ...graphs.ops import LINEAR, ConvAttrs, DenseAttrs, Op
 from ..dense import BRAM_MIN_DEPTH, csd
 from ..fold import fold_multipliers, fold_shape
 from ..schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
@@ -79,12 +79,52 @@ def dense_layers(compiled: Any) -> list[dict[str, Any]]:
         if n.op not in LINEAR or n.inputs[1] not in g.constants:
             continue
         w = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
-        acc = DenseAttrs.of(n).acc
+        if w.ndim > 2:  # a Conv: the Dense its streaming circuit runs per window
+            from ..size import dense_weights
+
+            w = dense_weights(g)[n.name]
+        acc = (ConvAttrs if n.op == Op.CONV else DenseAttrs).of(n).acc
         accw = acc.width if acc else 32
-        out.append({"node": n.name, "w": w, "wx": _width(g, n.inputs[0]),
+        tx = g.tensor(n.inputs[0]).dtype
+        flat = _flat_source(g, n)
+        out.append({"node": n.name, "w": w, "wx": _width(g, n.inputs[0]), "flat": flat,
+                    "sx": bool(getattr(tx, "signed", True)),
                     "ww": _width(g, n.inputs[1]), "wo": _width(g, n.outputs[0]),
                     "acc": accw + 1})
     return out
+
+
+def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
+    """(pixels, channels) when a streamed model's Dense takes a Flatten of a frame pixel by
+    pixel (hdl/stream.py FlatDense), else None."""
+    from ..conv import is_streamed
+
+    if n.op != Op.DENSE or not is_streamed(g):
+        return None
+    p = g.producer(n.inputs[0])
+    if p is None or p.op != Op.RESHAPE or len(g.consumers(n.inputs[0])) != 1:
+        return None
+    shp = g.tensor(p.inputs[0]).shape
+    return (int(np.prod(shp[:-1])), int(shp[-1])) if len(shp) >= 2 else None
+
+
+def flat_cost(layer: dict[str, Any], r: int) -> LayerCost:
+    """hdl/stream.py FlatDense at reuse r: d = r // pixels cycles per pixel, C * ceil(N/d)
+    multipliers, coefficients in block RAM (pixels*d words), N accumulators; no frame-wide
+    input register."""
+    pixels, c = layer["flat"]
+    n_out = layer["w"].shape[1]
+    d = max(1, min(n_out, r // pixels))
+    m = -(-n_out // d)
+    wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
+    cw = ww + 1
+    width, depth = c * m * cw, pixels * d
+    bw, bd = layer.get("bram_geom", (16, 256))
+    bram = max(-(-width // bw) * -(-depth // bd), -(-width * depth // (bw * bd)))
+    ff = 2 * c * wx + m * acc + n_out * acc + n_out * wo + 3 * depth.bit_length()
+    lut = max(0, c - 1) * m * acc + n_out * acc + 2 * n_out * wo + depth.bit_length() * 6 + 40
+    return LayerCost(layer["node"], pixels * d, c * m, int(lut), max(1, wx * cw), int(ff),
+                     d + 4, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
 
 
 def csd_digits(w: np.ndarray) -> np.ndarray:
@@ -99,9 +139,15 @@ def csd_digits(w: np.ndarray) -> np.ndarray:
     return bits.sum(axis=1, dtype=np.int64).reshape(x.shape)
 
 
-def layer_cost(layer: dict[str, Any], r: int, lean: bool = False) -> LayerCost:
+def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
+               strategy: str = "mult") -> LayerCost:
     """The cost of one layer (a dense_layers entry with its family's "bram_geom") at reuse
-    r, built with a lean schedule or not (schedule.Schedule.lean)."""
+    r, built with a lean schedule or not (schedule.Schedule.lean), as products ("mult") or,
+    at R = 1, as an adder graph ("da")."""
+    if layer.get("flat"):
+        return flat_cost(layer, r)
+    if r == 1 and strategy == "da":
+        return da_cost(layer)
     if r == 1:
         return _parallel_cost(layer)
     w = layer["w"]
@@ -136,6 +182,55 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False) -> LayerCost:
           + n_out * wo + (levels // 2) * lanes * acc)
     return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * cw), int(ff),
                      depth + FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
+
+
+def adder_graph(layer: dict[str, Any]) -> Any:
+    """The layer's CMVM adder graph (hdl/cmvm.py, as the "da" strategy builds it), made
+    once per layer dict."""
+    if "graph" not in layer:
+        from ..cmvm import optimize
+
+        wx, n_in, sx = layer["wx"], layer["w"].shape[0], layer.get("sx", True)
+        w = np.ascontiguousarray(layer["w"], dtype=np.int64)
+        key = (w.shape, w.tobytes(), wx, sx, layer["acc"])
+        g = _GRAPHS.get(key)
+        if g is None:
+            lo = -(1 << (wx - 1)) if sx else 0
+            hi = (1 << (wx - (1 if sx else 0))) - 1
+            g = optimize(w, [lo] * n_in, [hi] * n_in, cap=layer["acc"])
+            if len(_GRAPHS) >= 32:
+                _GRAPHS.pop(next(iter(_GRAPHS)))
+            _GRAPHS[key] = g
+        layer["graph"] = g
+    return layer["graph"]
+
+
+# adder graphs of recent layers: the flow estimates a model several times (fit, strategy)
+_GRAPHS: dict[tuple, Any] = {}
+
+
+def da_cost(layer: dict[str, Any], adder_levels: int = 4) -> LayerCost:
+    """R = 1 as one shared adder graph (strategy "da"): no multiplier; every carry-chain bit
+    one LUT4 (half a CCU2C on ECP5: nextpnr counts a CCU2C as 2 COMB), a constant adder
+    per output (the bias), the requantization, and the registers: the outputs, and every
+    value alive across a stage boundary (one every `adder_levels` levels)."""
+    g = adder_graph(layer)
+    n_out = layer["w"].shape[1]
+    acc, wo = layer["acc"], layer["wo"]
+    bits = sum(g.chain_bits(i) for i in g.adders())
+    # cmvm.AdderGraph.cost: 1.08 COMB per chain bit on ECP5 (a CCU2C counts 2), 1.26 LUT4
+    # on iCE40
+    lut = round(1.2 * bits) + n_out * (acc // 2 + wo)
+    last_use = {}
+    for nd in g.nodes:
+        for o in (nd.a, nd.b) if nd.kind == "add" else (nd.a,) if nd.kind == "neg" else ():
+            last_use[o] = max(last_use.get(o, 0), nd.depth)
+    ff = n_out * wo
+    for i, d in last_use.items():
+        nd = g.nodes[i]
+        crossings = d // adder_levels - nd.depth // adder_levels
+        ff += max(0, crossings) * g.node_width(i) if nd.kind != "const" else 0
+    return LayerCost(layer["node"], 1, 0, int(lut), 0, int(ff), 0, 0)
 
 
 def _parallel_cost(layer: dict[str, Any]) -> LayerCost:

@@ -27,6 +27,7 @@ compiled graph's FPGA profile and hands the circuit a plan (hdl/reuse.py ReusePl
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,11 +90,15 @@ class _Fit:
     unit: str
     overhead: int
     cache: dict[tuple[str, int], LayerCost] = field(default_factory=dict)
+    # "da" or "auto": layers at R = 1 costed as adder graphs ("auto" may then give some
+    # back to DSPs that are free, which only lowers the LUTs)
+    strategy: str = "mult"
 
     def cost(self, lay: dict[str, Any], r: int) -> LayerCost:
         key = (lay["node"], r)
         if key not in self.cache:
-            self.cache[key] = layer_cost(lay, r, self.lean)
+            self.cache[key] = layer_cost(lay, r, self.lean,
+                                         "da" if self.strategy in ("da", "auto") else "mult")
             self.cache[key].soft = bool(lay["soft"])
         return self.cache[key]
 
@@ -149,7 +154,8 @@ def _context(compiled: Any, prof: dict[str, Any], lut_margin: float | None,
     # the estimate's wrapper term)
     overhead = overhead_lut if overhead_lut is not None else int(fam["fit"]["overhead_lut"])
     return _Fit(compiled, prof, layers, fam_name, lut_margin, lean, io, name, budget,
-                fam["lut_unit"], overhead)
+                fam["lut_unit"], overhead,
+                strategy=str(compiled.options.get("strategy", "mult")))
 
 
 def _model_name(compiled: Any) -> str:
@@ -317,8 +323,52 @@ def plan_reuse(compiled: Any, reuse: Reuse | str | None = None) -> Reuse | str:
     The circuit validates the plan."""
     if reuse is None:
         reuse = compiled.options.get("reuse", 1)
+    auto_strategy = compiled.options.get("strategy") == "auto"
     if isinstance(reuse, str) and reuse == "auto":
         check_io(compiled.graph)  # the circuit's first refusal comes first, as before
-        fp = fit_reuse(compiled, fit_profile(compiled))
-        return ReusePlan(dict(fp.reuse), fp.to_json())
+        prof = fit_profile(compiled)
+        fp = fit_reuse(compiled, prof)
+        return ReusePlan(dict(fp.reuse), fp.to_json(),
+                         choose_strategy(compiled, prof, fp.reuse) if auto_strategy else None)
+    if auto_strategy and not isinstance(reuse, (ReusePlan, str)) and _is_fpga(compiled):
+        check_io(compiled.graph)
+        names = [lay["node"] for lay in dense_layers(compiled)]
+        plan = ({n: reuse.get(n, 1) for n in names} if isinstance(reuse, Mapping)
+                else {n: reuse for n in names})
+        return ReusePlan(plan, None, choose_strategy(compiled, fit_profile(compiled),
+                                                     {n: int(r) for n, r in plan.items()}))
     return reuse
+
+
+def _is_fpga(compiled: Any) -> bool:
+    p = all_profiles().get(compiled.profile or "")
+    return bool(p and p.get("kind") == "fpga")
+
+
+def choose_strategy(compiled: Any, prof: dict[str, Any], plan: dict[str, int]
+                    ) -> dict[str, str]:
+    """`--strategy auto` per Dense layer: DSPs where the device has them to spare, adder
+    graphs elsewhere. Folded layers (R > 1) keep their multipliers. Layers at R = 1 take
+    the device's DSP blocks (the budget less what the folded layers use), those that save
+    the most LUTs per DSP first, while their multipliers fit; every other one is an adder
+    graph (estimate.da_cost), which needs no DSP at all."""
+    fx = _context(compiled, prof, None, None, None)
+    out = {lay["node"]: "mult" for lay in fx.layers}
+    left = int(prof.get("dsp") or 0)
+    left -= sum(layer_cost(lay, plan.get(lay["node"], 1), fx.lean).multipliers
+                for lay in fx.layers if plan.get(lay["node"], 1) > 1)
+    gains = []
+    for lay in fx.layers:
+        if plan.get(lay["node"], 1) != 1:
+            continue
+        m = layer_cost(lay, 1, fx.lean, "mult")
+        d = layer_cost(lay, 1, fx.lean, "da")
+        out[lay["node"]] = "da"
+        if m.multipliers and not lay["soft"]:
+            saved = d.lut - m.lut  # what the DSPs save over the adder graph
+            gains.append((-saved / m.multipliers, lay["node"], m.multipliers, saved))
+    for _, node, mults, saved in sorted(gains):
+        if saved > 0 and mults <= left:
+            out[node] = "mult"
+            left -= mults
+    return out

@@ -1,0 +1,168 @@
+"""CNN benchmark: per model, compile time, golden (and gpu-emu) throughput, agreement with the
+float model, and — with --fpga — the placed design on ecp5-85k / ice40-up5k (--reuse auto:
+II per pixel, latency per frame, LUT/FF/DSP/BRAM, post-route Fmax), side by side with
+hls4ml's bit-accurate C simulation of conv2d_small_keras (io_stream, same precision) run in
+its own environment (HLS4ML_PYTHON=/path/to/venv/bin/python with hls4ml>=1.3 and qonnx;
+skipped with a reason otherwise). Prints a table and writes bench/results/cnn.json.
+
+Run: .venv/bin/python bench/cnn.py [--models conv2d_small_keras,conv1d_small_keras,digits_cnn]
+     [--precision fixed<16,6>] [--frames 2000] [--fpga] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+import modelcircuit as mc
+from modelcircuit.api import compile
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT.parent / "shared" / "models"
+DATA = ROOT / "src" / "modelcircuit" / "data"
+
+
+def model_path(name: str) -> Path:
+    p = DATA / f"{name}.onnx"
+    return p if p.exists() else MODELS / f"{name}.onnx"
+
+
+def inputs_for(name: str, path: Path, frames: int) -> np.ndarray:
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    shp = [d if isinstance(d, int) and d > 0 else 1 for d in sess.get_inputs()[0].shape][1:]
+    if name.startswith("digits"):
+        x = np.load(DATA / "digits_test.npz")["x"].astype(np.float32)
+        reps = -(-frames // len(x))
+        return np.tile(x, (reps, 1))[:frames].reshape([frames, *shp])
+    return np.random.default_rng(0).normal(size=[frames, *shp]).astype(np.float32)
+
+
+def float_model(path: Path, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return np.concatenate([sess.run(None, {name: x[i:i + 1]})[0].reshape(1, -1)
+                           for i in range(len(x))])
+
+
+def agreement(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean(a.reshape(len(a), -1).argmax(1) == b.reshape(len(b), -1).argmax(1)))
+
+
+def timed(fn, *args, repeat: int = 3):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        best = min(best, time.perf_counter() - t0)
+    return out, best
+
+
+def hls4ml_peer(path: Path, x: np.ndarray, precision: str) -> dict:
+    py = os.environ.get("HLS4ML_PYTHON")
+    if not py or not Path(py).exists():
+        return {"skipped": "HLS4ML_PYTHON is not set to a Python with hls4ml>=1.3 and qonnx"}
+    with tempfile.TemporaryDirectory(prefix="bench-hls4ml-") as d:
+        np.save(f"{d}/x.npy", x)
+        r = subprocess.run([py, str(ROOT / "bench" / "hls4ml_peer.py"), str(path), f"{d}/x.npy",
+                            precision, d], capture_output=True, text=True, timeout=1800)
+        if r.returncode != 0:
+            return {"skipped": f"hls4ml failed: {(r.stderr or r.stdout).strip().splitlines()[-1:]}"}
+        info = json.loads(r.stdout.strip().splitlines()[-1])
+        info["y"] = np.load(f"{d}/y.npy")
+        return info
+
+
+def fpga(c, name: str, device: str) -> dict:
+    from modelcircuit.hdl.flow import FlowError, build
+
+    with tempfile.TemporaryDirectory(prefix="bench-cnn-") as d:
+        try:
+            rep = build(c, device, Path(d) / "out", reuse="auto",
+                        progress=lambda s: print(f"  {name}@{device}: {s}", file=sys.stderr,
+                                                 flush=True))
+        except FlowError as e:
+            return {"device": device, "error": str(e).splitlines()[0]}
+    m = rep["model"]
+    keep = ("reuse", "ii", "latency_cycles", "latency_ns", "ii_per_pixel", "pixels_per_cycle")
+    return {"device": device, **{k: m[k] for k in keep if k in m},
+            "fmax_mhz": rep["fmax_mhz"], **rep["resources"], "tool_wall_s": rep["tool_wall_s"]}
+
+
+def run_one(name: str, precision: str, frames: int, with_fpga: bool) -> dict:
+    path = model_path(name)
+    x = inputs_for(name, path, frames)
+    g = mc.load_onnx(path)
+    c, compile_s = timed(compile, g, precision, repeat=1)
+    y_float = float_model(path, x)
+    y_golden, golden_s = timed(mc.run, c, x)
+    row = {"model": name, "precision": precision, "frames": frames,
+           "compile_s": round(compile_s, 3),
+           "golden_frames_per_s": round(frames / golden_s, 1),
+           "golden_vs_float_argmax": agreement(y_golden, y_float),
+           "golden_vs_float_max_abs": float(np.max(np.abs(y_golden.reshape(frames, -1) - y_float)))}
+    try:
+        y_emu, emu_s = timed(mc.run, c, x, "gpu-emu", repeat=2)
+        row.update(gpu_emu_frames_per_s=round(frames / emu_s, 1),
+                   gpu_emu_bit_exact=bool(np.array_equal(y_emu, y_golden)))
+    except Exception as e:  # noqa: BLE001 — a bench reports, it does not stop
+        row["gpu_emu"] = f"failed: {e}"
+    if name == "conv2d_small_keras":
+        peer = hls4ml_peer(path, x, precision)
+        if "y" in peer:
+            y_h = peer.pop("y")
+            peer.update(vs_float_argmax=agreement(y_h, y_float),
+                        vs_float_max_abs=float(np.max(np.abs(y_h - y_float))),
+                        vs_golden_argmax=agreement(y_h, y_golden))
+        row["hls4ml"] = peer
+    if with_fpga:
+        row["fpga"] = [fpga(compile(g, precision, profile=dev), name, dev)
+                       for dev in ("ice40-up5k", "ecp5-85k")]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="conv2d_small_keras,conv1d_small_keras,digits_cnn")
+    ap.add_argument("--precision", default="fixed<16,6>")
+    ap.add_argument("--frames", type=int, default=2000)
+    ap.add_argument("--fpga", action="store_true", help="synthesise, place and route (slow)")
+    ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "cnn.json"))
+    a = ap.parse_args(argv)
+    rows = []
+    for name in a.models.split(","):
+        if not model_path(name).exists():
+            print(f"skip {name}: {model_path(name)} is absent", file=sys.stderr)
+            continue
+        rows.append(run_one(name, a.precision, a.frames, a.fpga))
+        r = rows[-1]
+        print(f"{r['model']:<22} compile {r['compile_s']:>7.2f} s  golden "
+              f"{r['golden_frames_per_s']:>9.1f} fr/s  gpu-emu {r.get('gpu_emu_frames_per_s', '-'):>9} fr/s"
+              f"  argmax vs float {r['golden_vs_float_argmax']:.4f}  max|d| "
+              f"{r['golden_vs_float_max_abs']:.2e}")
+        if "hls4ml" in r:
+            h = r["hls4ml"]
+            if "skipped" in h:
+                print(f"{'  hls4ml':<22} skipped: {h['skipped']}")
+            else:
+                print(f"{'  hls4ml ' + h['hls4ml']:<22} compile {h['compile_s']:>7.2f} s  csim "
+                      f"{h['frames_per_s']:>9.1f} fr/s  argmax vs float {h['vs_float_argmax']:.4f}"
+                      f"  max|d| {h['vs_float_max_abs']:.2e}  argmax vs ours {h['vs_golden_argmax']:.4f}")
+        for f in r.get("fpga", []):
+            print(f"{'  ' + f['device']:<22} " + ", ".join(f"{k}={v}" for k, v in f.items()
+                                                             if k != "device"))
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps({"rows": rows}, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,870 @@
+"""Streaming circuits for convolutional networks: one pixel (all channels) per handshake.
+
+A streamed model is a chain (a DAG: forks and joins) of *stream units*. Each unit reads
+tokens from its input FIFOs, runs a static pipeline (clock enable `en`, like every `Unit` of
+component.py) and pushes tokens into its output FIFO(s). A token is a pixel (C codes of one
+spatial position, raster order) or, after a Flatten, a whole vector (the existing
+whole-vector units run per frame).
+
+Units (all with a static latency `lat` from a fire to its push):
+- `MapUnit`: any whole-token `Unit` (elementwise ops per pixel, Dense on a collected vector,
+  channel concat of two streams, Add of two streams).
+- `WindowUnit`: padding, line buffers in block RAM (`amaranth.lib.memory.Memory`, one per
+  kernel row above the current one), a kh x kw window register, then an inner unit on the
+  window vector: a `Dense` over kh*kw*Cin inputs for Conv (hdl/dense.py, with its reuse
+  factor: parallel over output channels, folded over inputs), `WindowMax` for MaxPool,
+  `WindowAvg` for AvgPool. 1-D is the 2-D case with H = 1.
+- `ResizeUnit`: nearest upsampling by integer factors, one row buffer.
+- `CollectUnit`: a frame of pixels into one vector (Flatten into a Dense).
+
+Flow control: a unit steps through a fixed per-frame list of steps (`steps()`: which inputs
+the step consumes, whether it emits a token, how many cycles it occupies). A step fires when
+the unit is enabled, its cool-down is over and every input it needs is valid. `en` is the AND
+of the `w_rdy` of the unit's output FIFOs (registered levels: no combinational path from a
+consumer back into a producer), so a full FIFO freezes the producer's whole pipeline and
+nothing is lost. The top level accepts one input pixel every `P` cycles (the II per pixel), or, where that
+would waste more cycles than it saves, pixels back to back with frames starting at least
+`frame_cycles` apart ("burst": II 1 per pixel; a source slower than that never waits).
+
+Compile time (`schedule`): the same step rules run as an event model with the input paced at
+P; it gives every unit's fire/push cycles, hence the latency of each frame (first input
+handshake to last output handshake, output always ready) and each FIFO's depth (its highest
+level + 1, at least 2), so in a run without stalls no FIFO ever fills (the timing equals the
+model exactly) and a fork/join (a skip connection) cannot deadlock: the FIFO on the short
+path holds every token the long path is still working on. P = ceil(the busiest unit's
+cycles per frame / input pixels per frame), so the levels do not grow from frame to frame.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..graphs.types import FixedType
+from .arith import fit, requantize, shape_of
+from .component import Unit
+from .errors import HdlError
+
+TIMING_FRAMES = 3  # frames the event model runs (latency per frame, FIFO levels)
+BUFFERED_MIN_DEPTH = 16  # FIFOs this deep: block RAM (SyncFIFOBuffered), else distributed
+
+
+@dataclass(frozen=True)
+class Tok:
+    """A stream's token: `elements` codes of type `t`; `per_frame` tokens make a frame."""
+
+    t: FixedType
+    elements: int
+    per_frame: int
+
+    @property
+    def width(self) -> int:
+        return max(1, self.t.width * self.elements)
+
+
+Step = tuple[tuple[bool, ...], bool, int]  # (consumes input k?, emits?, cycles)
+
+
+class SUnit(wiring.Component):
+    """Base of the stream units. Ports: en In(1); i<k> In(stream.Signature) per input
+    (payload/valid from the FIFO, ready = consume); y Out(width), push Out(1) (qualified by
+    en; the top guarantees room)."""
+
+    lat: int = 1
+
+    def __init__(self, ins: Sequence[Tok], out: Tok):
+        self.ins, self.out = list(ins), out
+        sig: dict[str, Any] = {"en": In(1)}
+        for k, t in enumerate(self.ins):
+            sig[f"i{k}"] = In(stream.Signature(t.width))
+        sig["y"] = Out(out.width)
+        sig["push"] = Out(1)
+        super().__init__(sig)
+
+    def steps(self) -> Iterator[Step]:  # one frame
+        raise NotImplementedError
+
+    @property
+    def max_dur(self) -> int:
+        return 1
+
+    def busy(self) -> int:
+        """Cycles one frame occupies the unit at full speed."""
+        return sum(s[2] for s in self.steps())
+
+    def describe(self) -> dict[str, Any]:
+        return {"latency": self.lat, "cycles_per_frame": self.busy(),
+                "tokens_in": [t.per_frame for t in self.ins], "tokens_out": self.out.per_frame}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _port(self, k: int) -> Any:
+        return getattr(self, f"i{k}")
+
+    def _issue(self, m: Module, needs: Sequence[Value | int], dur_m1: Value | int) -> Signal:
+        """fire = en, cool-down over, every needed input valid; ready = consume on fire.
+        After a fire the unit waits `dur_m1` enabled cycles."""
+        cool = Signal(range(self.max_dur), name="cool") if self.max_dur > 1 else None
+        free = (cool == 0) if cool is not None else Const(1)
+        needs = [Value.cast(n) for n in needs]
+        avail = [~n | self._port(k).valid for k, n in enumerate(needs)]
+        fire = Signal(name="fire")
+        m.d.comb += fire.eq(self.en & free & Cat(*avail).all())
+        for k, n in enumerate(needs):
+            others = Cat(*[a for j, a in enumerate(avail) if j != k])
+            ok = others.all() if len(others) else Const(1)
+            m.d.comb += self._port(k).ready.eq(self.en & free & n & ok)
+        if cool is not None:
+            with m.If(self.en):
+                with m.If(fire):
+                    m.d.sync += cool.eq(dur_m1)
+                with m.Elif(cool != 0):
+                    m.d.sync += cool.eq(cool - 1)
+        return fire
+
+    def _delay(self, m: Module, v: Value, n: int, name: str) -> Value:
+        """v delayed by n enabled cycles (reset registers: a valid bit)."""
+        for i in range(n):
+            r = Signal(name=f"{name}{i}")
+            with m.If(self.en):
+                m.d.sync += r.eq(v)
+            v = r
+        return v
+
+
+class MapUnit(SUnit):
+    """A whole-token `Unit` (component.py) per token: one token from every input -> one
+    token. II = the unit's II (a folded Dense), latency = the unit's."""
+
+    def __init__(self, unit: Unit, ins: Sequence[Tok], out: Tok):
+        super().__init__(ins, out)
+        self.unit = unit
+        self.lat = unit.latency
+
+    @property
+    def max_dur(self) -> int:
+        return max(1, self.unit.ii)
+
+    def steps(self) -> Iterator[Step]:
+        need = (True,) * len(self.ins)
+        for _ in range(self.ins[0].per_frame):
+            yield need, True, max(1, self.unit.ii)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), **self.unit.describe(), "latency": self.lat}
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        m.submodules.unit = u = self.unit
+        fire = self._issue(m, [1] * len(self.ins), max(1, u.ii) - 1)
+        m.d.comb += [u.en.eq(self.en), u.start.eq(fire)]
+        for k in range(len(self.ins)):
+            m.d.comb += getattr(u, f"x{k}").eq(self._port(k).payload)
+        m.d.comb += [self.y.eq(u.y), self.push.eq(self.en & self._delay(m, fire, self.lat, "v"))]
+        return m
+
+
+# -- windows -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Geometry:
+    """A sliding window over an (H, W, C) frame: kernel, strides, pads (top, left, bottom,
+    right). 1-D: H = 1, kh = 1, no vertical pads."""
+
+    h: int
+    w: int
+    c: int
+    kh: int
+    kw: int
+    sh: int = 1
+    sw: int = 1
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def __post_init__(self) -> None:
+        if min(self.h, self.w, self.c, self.kh, self.kw, self.sh, self.sw) < 1 or \
+                min(self.pads) < 0:
+            raise HdlError(f"window geometry {self} is not positive")
+        if self.hp < self.kh or self.wp < self.kw:
+            raise HdlError(f"kernel {self.kh}x{self.kw} is larger than the padded frame "
+                           f"{self.hp}x{self.wp}")
+
+    @property
+    def hp(self) -> int:
+        return self.h + self.pads[0] + self.pads[2]
+
+    @property
+    def wp(self) -> int:
+        return self.w + self.pads[1] + self.pads[3]
+
+    @property
+    def ho(self) -> int:
+        return (self.hp - self.kh) // self.sh + 1
+
+    @property
+    def wo(self) -> int:
+        return (self.wp - self.kw) // self.sw + 1
+
+    def row_emits(self, r: int) -> bool:
+        q = r - self.kh + 1
+        return q >= 0 and q % self.sh == 0 and q // self.sh < self.ho
+
+    def col_emits(self, c: int) -> bool:
+        q = c - self.kw + 1
+        return q >= 0 and q % self.sw == 0 and q // self.sw < self.wo
+
+    def interior(self, r: int, c: int) -> bool:
+        return (self.pads[0] <= r < self.pads[0] + self.h
+                and self.pads[1] <= c < self.pads[1] + self.w)
+
+
+class WindowUnit(SUnit):
+    """Padding, line buffers, the window register and an inner unit on the window vector
+    (kh*kw*C codes, order (row, column, channel)). One padded position per step; a step that
+    completes a window occupies the inner unit's II. Latency: 2 + the inner unit's."""
+
+    def __init__(self, geo: Geometry, tin: FixedType, inner: Unit, tout: FixedType,
+                 cout: int, pad_code: int = 0):
+        super().__init__([Tok(tin, geo.c, geo.h * geo.w)], Tok(tout, cout, geo.ho * geo.wo))
+        self.geo, self.tin, self.inner, self.pad_code = geo, tin, inner, int(pad_code)
+        if inner.in_specs[0][1] != geo.kh * geo.kw * geo.c:
+            raise HdlError("window unit: the inner unit's input does not match the window")
+        self.lat = 2 + inner.latency
+
+    @property
+    def max_dur(self) -> int:
+        return max(1, self.inner.ii)
+
+    def steps(self) -> Iterator[Step]:
+        g, ii = self.geo, max(1, self.inner.ii)
+        for r in range(g.hp):
+            re = g.row_emits(r)
+            for c in range(g.wp):
+                e = re and g.col_emits(c)
+                yield (g.interior(r, c),), e, ii if e else 1
+
+    def describe(self) -> dict[str, Any]:
+        g = self.geo
+        d = {**super().describe(), "inner": {**self.inner.describe()}, "latency": self.lat,
+             "window": {"frame": [g.h, g.w, g.c], "kernel": [g.kh, g.kw],
+                        "strides": [g.sh, g.sw], "pads": list(g.pads),
+                        "out": [g.ho, g.wo, self.out.elements]},
+             "line_buffers": {"count": g.kh - 1, "depth": g.wp, "width": self.ins[0].width}}
+        return d
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        g, en, port = self.geo, self.en, self.i0
+        m.submodules.inner = inner = self.inner
+        r = Signal(range(max(2, g.hp)), name="row")
+        c = Signal(range(max(2, g.wp)), name="col")
+        rmask = sum(1 << i for i in range(g.hp) if g.row_emits(i))
+        cmask = sum(1 << i for i in range(g.wp) if g.col_emits(i))
+        emits = Signal(name="emits")
+        m.d.comb += emits.eq(Const(rmask, g.hp).bit_select(r, 1)
+                             & Const(cmask, g.wp).bit_select(c, 1))
+        interior = Signal(name="interior")
+        pt, pl = g.pads[0], g.pads[1]
+        m.d.comb += interior.eq((r >= pt) & (r < pt + g.h) & (c >= pl) & (c < pl + g.w))
+        fire = self._issue(m, [interior], Mux(emits, max(1, inner.ii) - 1, 0))
+        with m.If(fire):
+            with m.If(c == g.wp - 1):
+                m.d.sync += [c.eq(0), r.eq(Mux(r == g.hp - 1, 0, r + 1))]
+            with m.Else():
+                m.d.sync += c.eq(c + 1)
+        tw, C = self.tin.width, g.c
+        pad_word = 0
+        for ch in range(C):
+            pad_word |= (self.pad_code & ((1 << tw) - 1)) << (ch * tw)
+        pix = Signal(self.ins[0].width, name="pix")
+        m.d.comb += pix.eq(Mux(interior, port.payload, pad_word))
+        # stage 1
+        s1_v, s1_e = Signal(name="s1_v"), Signal(name="s1_e")
+        s1_pix = Signal(self.ins[0].width, name="s1_pix", reset_less=True)
+        s1_c = Signal(range(max(2, g.wp)), name="s1_c", reset_less=True)
+        with m.If(en):
+            m.d.sync += [s1_v.eq(fire), s1_e.eq(fire & emits), s1_pix.eq(pix), s1_c.eq(c)]
+        rd: list[Value] = []
+        for k in range(g.kh - 1):  # lb k holds row r-1-k
+            mem = Memory(shape=self.ins[0].width, depth=g.wp, init=[],
+                         attrs={"ram_style": "block"})
+            m.submodules[f"lb{k}"] = mem
+            wp = mem.write_port()
+            rp = mem.read_port(domain="sync", transparent_for=(wp,))
+            m.d.comb += [rp.addr.eq(c), rp.en.eq(en), wp.addr.eq(s1_c),
+                         wp.en.eq(en & s1_v)]
+            rd.append(rp.data)
+            m.d.comb += wp.data.eq(s1_pix if k == 0 else rd[k - 1])
+        col = [*reversed(rd), s1_pix]  # rows r-kh+1 .. r
+        win = [[Signal(self.ins[0].width, name=f"w{i}_{j}", reset_less=True)
+                for j in range(g.kw)] for i in range(g.kh)]
+        with m.If(en & s1_v):
+            for i in range(g.kh):
+                m.d.sync += [win[i][j].eq(win[i][j + 1]) for j in range(g.kw - 1)]
+                m.d.sync += win[i][g.kw - 1].eq(col[i])
+        s2_v = Signal(name="s2_v")
+        with m.If(en):
+            m.d.sync += s2_v.eq(s1_e)
+        m.d.comb += [inner.en.eq(en), inner.start.eq(s2_v),
+                     inner.x0.eq(Cat(*[win[i][j] for i in range(g.kh) for j in range(g.kw)])),
+                     self.y.eq(inner.y),
+                     self.push.eq(en & self._delay(m, s2_v, inner.latency, "v"))]
+        return m
+
+
+class WindowMax(Unit):
+    """max over the kh*kw positions of a window, per channel, in the output type (a data
+    movement: the codes requantized, which commutes with max); one register."""
+
+    def __init__(self, t: FixedType, positions: int, c: int, tout: FixedType | None = None):
+        super().__init__([(t, positions * c)], (tout or t, c))
+        self.positions, self.c, self.tin = positions, c, t
+        self.latency = 1
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        x = self.inputs()
+        outs = []
+        for ch in range(self.c):
+            vals = [x[p * self.c + ch] for p in range(self.positions)]
+            while len(vals) > 1:
+                vals = [Mux(vals[i] >= vals[i + 1], vals[i], vals[i + 1])
+                        if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+            outs.append(requantize(vals[0], self.tin.frac, self.out_spec[0]))
+        self.out_regs(m, outs)
+        return m
+
+
+class WindowAvg(Unit):
+    """Average pool (count_include_pad): the exact window sum per channel times the constant
+    reciprocal code, requantized to the output type (frac = input frac + recip frac); two
+    registers (sum, output)."""
+
+    def __init__(self, tin: FixedType, positions: int, c: int, recip: int, recip_frac: int,
+                 tout: FixedType):
+        super().__init__([(tin, positions * c)], (tout, c))
+        self.positions, self.c, self.tin = positions, c, tin
+        self.recip, self.recip_frac = int(recip), int(recip_frac)
+        self.latency = 2
+        self.multipliers = c if self.recip & (self.recip - 1) else 0
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        x = self.inputs()
+        sums = [sum((Value.cast(x[p * self.c + ch]) for p in range(self.positions)),
+                    start=Const(0)) for ch in range(self.c)]
+        s = self.regs(m, sums, "s")
+        self.out_regs(m, [requantize(v * self.recip, self.tin.frac + self.recip_frac,
+                                     self.out_spec[0]) for v in s])
+        return m
+
+
+class ConcatWire(Unit):
+    """Channel concat of several tokens of the same type: wiring, latency 0."""
+
+    def __init__(self, t: FixedType, counts: Sequence[int]):
+        super().__init__([(t, n) for n in counts], (t, sum(counts)))
+        self.latency = 0
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        vals = [v for k in range(len(self.in_specs)) for v in self.inputs(k)]
+        self.drive_y(m, vals)
+        return m
+
+
+class ResizeUnit(SUnit):
+    """Nearest upsampling by (sh, sw) of an (H, W, C) frame: every input pixel is emitted
+    sw times in a row; a row buffer (block RAM) replays each input row sh - 1 more times.
+    Latency 1."""
+
+    def __init__(self, t: FixedType, h: int, w: int, c: int, sh: int, sw: int):
+        super().__init__([Tok(t, c, h * w)], Tok(t, c, h * w * sh * sw))
+        self.h, self.w, self.c, self.sh, self.sw = h, w, c, sh, sw
+        self.lat = 1
+
+    def steps(self) -> Iterator[Step]:
+        for _ in range(self.h):
+            for rep in range(self.sh):
+                for _c in range(self.w):
+                    for k in range(self.sw):
+                        yield (rep == 0 and k == 0,), True, 1
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "scales": [self.sh, self.sw],
+                "row_buffer": {"depth": self.w, "width": self.ins[0].width}}
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        en, port = self.en, self.i0
+        r = Signal(range(max(2, self.h)), name="r")
+        rep = Signal(range(max(2, self.sh)), name="rep")
+        c = Signal(range(max(2, self.w)), name="c")
+        k = Signal(range(max(2, self.sw)), name="k")
+        need = Signal(name="need")
+        m.d.comb += need.eq((rep == 0) & (k == 0))
+        fire = self._issue(m, [need], 0)
+        with m.If(fire):
+            with m.If(k == self.sw - 1):
+                m.d.sync += k.eq(0)
+                with m.If(c == self.w - 1):
+                    m.d.sync += c.eq(0)
+                    with m.If(rep == self.sh - 1):
+                        m.d.sync += [rep.eq(0), r.eq(Mux(r == self.h - 1, 0, r + 1))]
+                    with m.Else():
+                        m.d.sync += rep.eq(rep + 1)
+                with m.Else():
+                    m.d.sync += c.eq(c + 1)
+            with m.Else():
+                m.d.sync += k.eq(k + 1)
+        width = self.ins[0].width
+        hold = Signal(width, name="hold", reset_less=True)
+        with m.If(fire & need):
+            m.d.sync += hold.eq(port.payload)
+        if self.sh > 1:
+            mem = Memory(shape=width, depth=self.w, init=[], attrs={"ram_style": "block"})
+            m.submodules.row = mem
+            wp, rp = mem.write_port(), mem.read_port(domain="sync")
+            m.d.comb += [wp.addr.eq(c), wp.data.eq(port.payload), wp.en.eq(fire & need),
+                         rp.addr.eq(c), rp.en.eq(en)]
+            first = Signal(name="first_row", reset_less=True)
+            with m.If(en):
+                m.d.sync += first.eq(rep == 0)
+            m.d.comb += self.y.eq(Mux(first, hold, rp.data))
+        else:
+            m.d.comb += self.y.eq(hold)
+        m.d.comb += self.push.eq(en & self._delay(m, fire, 1, "v"))
+        return m
+
+
+class CollectUnit(SUnit):
+    """A frame of `pixels` tokens into one vector (pixel-major, channel-minor: the C order
+    of (H, W, C)); latency 1."""
+
+    def __init__(self, tin: Tok):
+        super().__init__([tin], Tok(tin.t, tin.elements * tin.per_frame, 1))
+        self.pixels = tin.per_frame
+        self.lat = 1
+
+    def steps(self) -> Iterator[Step]:
+        for i in range(self.pixels):
+            yield (True,), i == self.pixels - 1, 1
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        n, width = self.pixels, self.ins[0].width
+        cnt = Signal(range(max(2, n)), name="cnt")
+        fire = self._issue(m, [1], 0)
+        sr = [Signal(width, name=f"p{i}", reset_less=True) for i in range(n)]
+        done = Signal(name="done")
+        with m.If(fire):
+            m.d.sync += [sr[i].eq(sr[i + 1]) for i in range(n - 1)]
+            m.d.sync += [sr[n - 1].eq(self.i0.payload), cnt.eq(Mux(cnt == n - 1, 0, cnt + 1))]
+        with m.If(self.en):
+            m.d.sync += done.eq(fire & (cnt == n - 1))
+        m.d.comb += [self.y.eq(Cat(*sr)), self.push.eq(self.en & done)]
+        return m
+
+
+class FlatDense(SUnit):
+    """Flatten into a Dense without collecting the frame: each pixel's C codes are
+    multiplied with that pixel's rows of W (n_in = pixels*C rows, pixel-major) and added to
+    Nout exact accumulators (starting from the bias, every sum modulo 2**(acc width + 1) as
+    hdl/dense.py), then one requantization (+ ReLU) per output after the last pixel. A pixel
+    takes `d` cycles: outputs in d groups of m = ceil(Nout / d), C*m multipliers whose
+    coefficients are one word of a ROM (block RAM) per (pixel, group). Equivalent to a Dense
+    at reuse pixels*d, without the two frame-wide registers (collect + fold input).
+
+    Pipeline after a pixel's fire at t: group s at t+1+s (ROM address), t+2+s (products, lane
+    sums), t+3+s (accumulate); outputs registered at t+d+3, pushed at t+d+4: lat = d + 4."""
+
+    def __init__(self, tin: Tok, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
+                 tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
+                 d: int = 1):
+        w = np.asarray(w, dtype=np.int64)
+        if w.shape[0] != tin.elements * tin.per_frame:
+            raise HdlError(f"flatten-dense: weights {list(w.shape)} do not match a frame of "
+                           f"{tin.per_frame} pixels x {tin.elements} channels")
+        self.n_out = int(w.shape[1])
+        super().__init__([tin], Tok(tout, self.n_out, 1))
+        self.pixels, self.c = tin.per_frame, tin.elements
+        self.d = max(1, min(int(d), self.n_out))
+        self.m = -(-self.n_out // self.d)
+        self.tx, self.w, self.tout, self.relu_ = tin.t, w, tout, bool(relu)
+        frac = tin.t.frac + tw.frac
+        self.frac = max(frac, tb.frac) if b is not None and tb is not None else frac
+        self.p_shift = self.frac - frac
+        self.bias = ([0] * self.n_out if b is None or tb is None else
+                     [int(v) << (self.frac - tb.frac) for v in np.asarray(b).reshape(-1)])
+        self.mod = acc.width + 1
+        self.cw = max(int(np.abs(w).max()).bit_length() + 1 if w.size else 1, 2)
+        self.lat = self.d + 4
+        self.multipliers = self.c * self.m
+
+    @property
+    def max_dur(self) -> int:
+        return self.d
+
+    def steps(self) -> Iterator[Step]:
+        for p in range(self.pixels):
+            yield (True,), p == self.pixels - 1, self.d
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "latency": self.lat, "reuse": self.pixels * self.d,
+                "cycles_per_pixel": self.d, "multipliers": self.multipliers,
+                "rom": {"depth": self.pixels * self.d, "width": self.cw * self.c * self.m}}
+
+    def _words(self) -> list[int]:
+        words = []
+        mask = (1 << self.cw) - 1
+        for p in range(self.pixels):
+            for s in range(self.d):
+                word, k = 0, 0
+                for j in range(self.m):
+                    o = s * self.m + j
+                    for i in range(self.c):
+                        v = int(self.w[p * self.c + i, o]) if o < self.n_out else 0
+                        word |= (v & mask) << (k * self.cw)
+                        k += 1
+                words.append(word)
+        return words
+
+    def elaborate(self, platform: object) -> Module:
+        from amaranth.hdl import signed as _signed
+
+        from .arith import overflow, relu, shift_round
+
+        m = Module()
+        en, tx, d, mm, C = self.en, self.tx, self.d, self.m, self.c
+        fire = self._issue(m, [1], d - 1)
+        px = [Signal(shape_of(tx), name=f"px{i}", reset_less=True) for i in range(C)]
+        with m.If(fire):
+            m.d.sync += [px[i].eq(fit(self.i0.payload[i * tx.width:(i + 1) * tx.width],
+                                      tx.width, tx.signed)) for i in range(C)]
+        # stage A: group s of the current pixel; the ROM address runs over the frame
+        busy = Signal(name="busy")
+        s = Signal(range(max(2, d)), name="s")
+        depth = self.pixels * d
+        addr = Signal(range(max(2, depth)), name="addr")
+        with m.If(en):
+            with m.If(fire):
+                m.d.sync += [busy.eq(1), s.eq(0)]
+            with m.Elif(busy & (s == d - 1)):
+                m.d.sync += busy.eq(0)
+            with m.Elif(busy):
+                m.d.sync += s.eq(s + 1)
+            with m.If(busy):
+                m.d.sync += addr.eq(Mux(addr == depth - 1, 0, addr + 1))
+        rom = Memory(shape=self.cw * C * mm, depth=depth, init=self._words(),
+                     attrs={"ram_style": "block"})
+        m.submodules.rom = rom
+        rp = rom.read_port(domain="sync")
+        m.d.comb += [rp.addr.eq(addr), rp.en.eq(en)]
+        # stage B: products and lane sums
+        act_b, first_b, last_b = (Signal(name=n) for n in ("act_b", "first_b", "last_b"))
+        s_b = Signal(range(max(2, d)), name="s_b", reset_less=True)
+        px_b = [Signal(shape_of(tx), name=f"pxb{i}", reset_less=True) for i in range(C)]
+        with m.If(en):
+            m.d.sync += [act_b.eq(busy), first_b.eq(addr < d), last_b.eq(addr == depth - 1),
+                         s_b.eq(s)] + [px_b[i].eq(px[i]) for i in range(C)]
+        sums = []
+        for j in range(mm):
+            terms = []
+            for i in range(C):
+                k = j * C + i
+                coef = rp.data[k * self.cw:(k + 1) * self.cw].as_signed()
+                terms.append(fit((px_b[i] * coef) << self.p_shift, self.mod, True))
+            tot = terms[0]
+            for t_ in terms[1:]:
+                tot = fit(tot + t_, self.mod, True)
+            sums.append(tot)
+        # stage C: registered lane sums, accumulate into group s
+        act_c, first_c, last_c = (Signal(name=n) for n in ("act_c", "first_c", "last_c"))
+        s_c = Signal(range(max(2, d)), name="s_c", reset_less=True)
+        sum_c = [Signal(_signed(self.mod), name=f"sum{j}", reset_less=True) for j in range(mm)]
+        with m.If(en):
+            m.d.sync += [act_c.eq(act_b), first_c.eq(first_b), last_c.eq(last_b & act_b),
+                         s_c.eq(s_b)] + [sum_c[j].eq(sums[j]) for j in range(mm)]
+        acc = [Signal(_signed(self.mod), name=f"acc{o}", reset_less=True)
+               for o in range(self.n_out)]
+        with m.If(en & act_c):
+            with m.Switch(s_c):
+                for g in range(d):
+                    with m.Case(g):
+                        for j in range(mm):
+                            o = g * mm + j
+                            if o < self.n_out:
+                                m.d.sync += acc[o].eq(fit(Mux(first_c, self.bias[o], acc[o])
+                                                          + sum_c[j], self.mod, True))
+        # stage D: requantize every output; push the next cycle
+        done = Signal(name="done")
+        with m.If(en):
+            m.d.sync += done.eq(act_c & last_c & (s_c == d - 1))
+        t = self.tout
+        y = [Signal(shape_of(t), name=f"y{o}", reset_less=True) for o in range(self.n_out)]
+
+        def finish(v: Value) -> Value:
+            q = overflow(shift_round(v, self.frac - t.frac, t.rounding), t)
+            return relu(q) if self.relu_ else q
+
+        with m.If(en & done):
+            m.d.sync += [y[o].eq(fit(finish(acc[o]), t.width, t.signed))
+                         for o in range(self.n_out)]
+        pushr = Signal(name="pushr")
+        with m.If(en):
+            m.d.sync += pushr.eq(done)
+        m.d.comb += [self.y.eq(Cat(*y)), self.push.eq(en & pushr)]
+        return m
+
+
+# -- the design and its schedule -----------------------------------------------------------
+INPUT = -1  # the source index of the top-level input
+
+
+@dataclass
+class StreamDesign:
+    """Units in topological order, each with its sources (INPUT or an earlier unit's index);
+    the last unit's output is the model's output."""
+
+    name: str
+    input: Tok
+    units: list[tuple[str, SUnit, list[int]]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, name: str, unit: SUnit, sources: Sequence[int]) -> int:
+        for k, s in enumerate(sources):
+            src = self.input if s == INPUT else self.units[s][1].out
+            want = unit.ins[k]
+            if (src.t, src.elements, src.per_frame) != (want.t, want.elements, want.per_frame):
+                raise HdlError(f"stream unit {name}: input {k} expects {want}, its source "
+                               f"gives {src}")
+        self.units.append((name, unit, list(sources)))
+        return len(self.units) - 1
+
+    @property
+    def output(self) -> Tok:
+        return self.units[-1][1].out
+
+
+@dataclass
+class Timing:
+    ii: int  # cycles per input pixel
+    latency: list[int]  # per modelled frame
+    fifo_depth: dict[tuple[int, int], int]  # (unit, input) -> depth; (-1, 0): output FIFO
+    frame_cycles: int  # cycles between frame starts
+    busiest: str
+    buffered: set[tuple[int, int]] = field(default_factory=set)  # SyncFIFOBuffered FIFOs
+
+
+def schedule(d: StreamDesign, frames: int | None = None) -> Timing:
+    """The event model of the step rules (see the module docstring) with the input paced at
+    the II; no FIFO limits (the depths come out of it). A FIFO of BUFFERED_MIN_DEPTH or more
+    is `SyncFIFOBuffered` (block RAM, 2 cycles from push to read); the model is rerun until
+    that choice is stable."""
+    if not d.units:
+        raise HdlError(f"graph {d.name!r}: nothing to stream")
+    if frames is None:  # fewer frames for big ones: the model is Python, per step
+        frames = TIMING_FRAMES if d.input.per_frame * len(d.units) <= 200_000 else 2
+    buffered: set[tuple[int, int]] = set()
+    steps = [list(u.steps()) for _, u, _ in d.units]
+    while True:
+        tm = _schedule(d, frames, buffered, steps)
+        big = {k for k, v in tm.fifo_depth.items() if v >= BUFFERED_MIN_DEPTH and k[0] >= 0}
+        if big <= buffered:
+            tm.buffered = buffered
+            return tm
+        buffered |= big
+
+
+def _schedule(d: StreamDesign, frames: int, buffered: set[tuple[int, int]],
+              steps: list[list[Step]]) -> Timing:
+    pin = d.input.per_frame
+    busy = [(sum(st[2] for st in steps[i]), n) for i, (n, _, _) in enumerate(d.units)]
+    top_busy, busiest = max(busy)
+    ii = max(1, math.ceil(top_busy / pin))
+    period = ii * pin
+    if ii > 1 and ii * pin - top_busy > top_busy - pin:
+        # burst: pixels back to back, then the rest of the frame period idle (a 512x512
+        # frame padded by one pixel needs 0.8 % more cycles than it has pixels: pacing at
+        # II 2 would halve the throughput; the FIFOs hold the lag instead)
+        ii, period = 1, top_busy
+    in_times = [f * period + k * ii for f in range(frames) for k in range(pin)]
+    pushes: dict[int, list[int]] = {INPUT: in_times}
+    pops: dict[tuple[int, int], list[int]] = {}
+    for ui, (_, u, srcs) in enumerate(d.units):
+        arr = [pushes[s] for s in srcs]
+        lat = [2 if (ui, k) in buffered else 1 for k in range(len(srcs))]
+        ptr = [0] * len(srcs)
+        my_pops: list[list[int]] = [[] for _ in srcs]
+        out: list[int] = []
+        t = 0
+        ul = u.lat
+        nin = len(srcs)
+        for _ in range(frames):
+            for needs, emits, dur in steps[ui]:
+                tf = t
+                if nin == 1:
+                    if needs[0]:
+                        a0 = arr[0][ptr[0]] + lat[0]
+                        if a0 > tf:
+                            tf = a0
+                        my_pops[0].append(tf)
+                        ptr[0] += 1
+                else:
+                    for k, nd in enumerate(needs):
+                        if nd:
+                            tf = max(tf, arr[k][ptr[k]] + lat[k])
+                    for k, nd in enumerate(needs):
+                        if nd:
+                            my_pops[k].append(tf)
+                            ptr[k] += 1
+                if emits:
+                    out.append(tf + ul)
+                t = tf + dur
+        pushes[ui] = out
+        for k in range(len(srcs)):
+            pops[(ui, k)] = my_pops[k]
+    last = len(d.units) - 1
+    outs = [p + 1 for p in pushes[last]]  # the output FIFO, o.ready high
+    pops[(-1, 0)] = outs
+    q = d.output.per_frame
+    latency = [outs[(f + 1) * q - 1] - in_times[f * pin] for f in range(frames)]
+    depth: dict[tuple[int, int], int] = {}
+    for (ui, k), pp in pops.items():
+        src = d.units[ui][2][k] if ui >= 0 else last
+        ps = pushes[src]
+        lvl, j_pop = 0, 0
+        for j, p in enumerate(ps):  # level at the start of cycle p+1
+            while j_pop < len(pp) and pp[j_pop] <= p:
+                j_pop += 1
+            lvl = max(lvl, j + 1 - j_pop)
+        # SyncFIFOBuffered: w_rdy from its inner FIFO of depth - 1
+        depth[(ui, k)] = max(2, lvl + (2 if (ui, k) in buffered else 1))
+    return Timing(ii, latency, depth, period, busiest)
+
+
+class StreamTop(wiring.Component):
+    """The streamed model: i (one input token per handshake), o (one output token per
+    handshake); FIFOs between units sized by `schedule`; input paced at the II."""
+
+    def __init__(self, design: StreamDesign, timing: Timing | None = None):
+        self.design = design
+        self.timing = timing or schedule(design)
+        super().__init__({"i": In(stream.Signature(design.input.width)),
+                          "o": Out(stream.Signature(design.output.width))})
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        d, tm = self.design, self.timing
+        consumers: dict[int, list[Any]] = {}
+        for ui, (name, u, srcs) in enumerate(d.units):
+            m.submodules[name] = u
+            for k, s in enumerate(srcs):
+                width = d.input.width if s == INPUT else d.units[s][1].out.width
+                fcls = SyncFIFOBuffered if (ui, k) in tm.buffered else SyncFIFO
+                f = fcls(width=width, depth=tm.fifo_depth[(ui, k)])
+                m.submodules[f"{name}_fifo{k}"] = f
+                port = getattr(u, f"i{k}")
+                m.d.comb += [port.payload.eq(f.r_data), port.valid.eq(f.r_rdy),
+                             f.r_en.eq(port.ready)]
+                consumers.setdefault(s, []).append(f)
+        last = len(d.units) - 1
+        of = SyncFIFO(width=d.output.width, depth=tm.fifo_depth[(-1, 0)])
+        m.submodules.out_fifo = of
+        consumers.setdefault(last, []).append(of)
+        m.d.comb += [self.o.payload.eq(of.r_data), self.o.valid.eq(of.r_rdy),
+                     of.r_en.eq(self.o.ready)]
+        for ui, (_, u, _) in enumerate(d.units):
+            fs = consumers.get(ui, [])
+            m.d.comb += u.en.eq(Cat(*[f.w_rdy for f in fs]).all() if fs else 1)
+            for f in fs:
+                m.d.comb += [f.w_data.eq(u.y), f.w_en.eq(u.push)]
+        ins = consumers[INPUT]
+        room = Cat(*[f.w_rdy for f in ins]).all()
+        accept = Signal(name="accept")
+        pin, period = d.input.per_frame, tm.frame_cycles
+        ok = room
+        if tm.ii > 1:  # pixels at least II cycles apart
+            cool = Signal(range(tm.ii), name="in_cool")
+            ok = ok & (cool == 0)
+            with m.If(accept):
+                m.d.sync += cool.eq(tm.ii - 1)
+            with m.Elif(cool != 0):
+                m.d.sync += cool.eq(cool - 1)
+        if period > tm.ii * pin:  # burst: frames start at least `period` cycles apart (a
+            # slow source, a UART, never waits: its frames are longer than that anyway)
+            k = Signal(range(max(2, pin)), name="in_pixel")
+            wait = Signal(range(period), name="in_frame_wait")
+            ok = ok & ((k != 0) | (wait == 0))
+            with m.If(accept):
+                m.d.sync += k.eq(Mux(k == pin - 1, 0, k + 1))
+            with m.If(accept & (k == 0)):
+                m.d.sync += wait.eq(period - 1)
+            with m.Elif(wait != 0):
+                m.d.sync += wait.eq(wait - 1)
+        m.d.comb += self.i.ready.eq(ok)
+        m.d.comb += accept.eq(self.i.valid & self.i.ready)
+        for f in ins:
+            m.d.comb += [f.w_data.eq(self.i.payload), f.w_en.eq(accept)]
+        return m
+
+
+def tok_packing(tok: Tok, port: str, shape: Sequence[int], tensor: str) -> dict[str, Any]:
+    """The port description (as hdl/top.py `_packing`) of one token, plus the frame."""
+    t = tok.t
+    return {"port": port, "tensor": tensor, "shape": [tok.elements], "elements": tok.elements,
+            "element_width": t.width, "width": t.width * tok.elements, "type": str(t),
+            "signed": t.signed, "frac_bits": t.frac,
+            "frame": {"shape": [int(s) for s in shape], "tokens": tok.per_frame},
+            "order": "one token per handshake, tokens in raster order (row-major over the "
+                     "spatial axes); element k (channel k) in bits [k*W, (k+1)*W), element 0 "
+                     "least significant; two's complement codes, value = code * 2**-frac_bits"}
+
+
+def design_info(top: StreamTop, in_shape: Sequence[int], out_shape: Sequence[int],
+                in_name: str, out_name: str) -> dict[str, Any]:
+    d, tm = top.design, top.timing
+    layers = []
+    for ui, (name, u, srcs) in enumerate(d.units):
+        layers.append({"instance": name, "sources": srcs,
+                       "fifo_depths": [tm.fifo_depth[(ui, k)] for k in range(len(srcs))],
+                       "fifo_block_ram": [(ui, k) in tm.buffered for k in range(len(srcs))],
+                       **d.meta.get(name, {}), **u.describe()})
+    mult = sum(int(getattr(getattr(u, "inner", getattr(u, "unit", None)), "multipliers", 0))
+               for _, u, _ in d.units)
+    return {"graph": d.name, "streamed": True, "latency": tm.latency[0],
+            "latency_frames": tm.latency, "ii": tm.ii, "frame_cycles": tm.frame_cycles,
+            "busiest": tm.busiest, "multipliers": mult, "layers": layers,
+            "input": tok_packing(d.input, "i__payload", in_shape, in_name),
+            "output": tok_packing(d.output, "o__payload", out_shape, out_name),
+            "output_fifo_depth": tm.fifo_depth[(-1, 0)],
+            "ports": ["clk", "rst", "i__payload", "i__valid", "i__ready", "o__payload",
+                      "o__valid", "o__ready"],
+            "handshake": "valid/ready; a transfer happens on a rising clk edge with valid and "
+                         "ready both high; o__valid does not depend on o__ready; one input "
+                         f"token at most every {tm.ii} cycles (the II per pixel)"}
+
+
+def conv_weights(w: np.ndarray, group: int) -> np.ndarray:
+    """Conv weights (kh, kw, Cin/group, Cout) -> the Dense matrix (kh*kw*Cin, Cout) over a
+    window (row, column, channel), zero outside each output channel's group."""
+    w = np.asarray(w, dtype=np.int64)
+    kh, kw, cig, cout = w.shape
+    cin = cig * group
+    cog = cout // group
+    full = np.zeros((kh, kw, cin, cout), dtype=np.int64)
+    for gi in range(group):
+        full[:, :, gi * cig:(gi + 1) * cig, gi * cog:(gi + 1) * cog] = \
+            w[:, :, :, gi * cog:(gi + 1) * cog]
+    return full.reshape(kh * kw * cin, cout)
+
+
+__all__ = ["INPUT", "CollectUnit", "ConcatWire", "FlatDense", "Geometry", "MapUnit", "ResizeUnit",
+           "SUnit", "StreamDesign", "StreamTop", "Timing", "Tok", "WindowAvg", "WindowMax",
+           "WindowUnit", "conv_weights", "design_info", "fit", "schedule", "shape_of"]
