@@ -281,8 +281,8 @@ def test_candidates_keep_every_fold_shape() -> None:
     assert candidates(8, 4) == list(range(1, 9)) + [16, 24, 32]
 
 
-def test_csd_digit_count_is_dense_csd() -> None:
-    from modelcircuit.hdl.dense import csd
+def test_csd_digit_count_is_cmvm_csd() -> None:
+    from modelcircuit.hdl.cmvm import csd
     from modelcircuit.hdl.flow.estimate import csd_digits
 
     rng = np.random.default_rng(1)

@@ -4,9 +4,7 @@ simulation driven by the cocotb host of tests/hdl/test_uart_host.py."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +17,8 @@ from modelcircuit.sim import rtl
 from modelcircuit.sim.codes import Port, pack, unpack
 
 from .test_stream import _codes, graph_1d
+from .test_uart import uart_bench
 
-HERE = Path(__file__).resolve().parent
-PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
-VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-Wno-UNOPTFLAT", "-MAKEFLAGS", PCH_FIX]
 DIGITS_CNN = Path(__file__).resolve().parents[2] / "src/modelcircuit/data/digits_cnn.onnx"
 
 DIGITS_REUSE = {"conv2": 72, "fc": 40}
@@ -56,34 +52,7 @@ def run_uart(tmp_path: Path, compiled, x: np.ndarray, div: int = 4, reuse=None
            "answers": n * t_out,
            # a partial token, then silence longer than the frame timeout: dropped
            "junk": [0x55, 0xAA, 0x0F][:w.n_in - 1]}
-    (tmp_path / "in.json").write_text(json.dumps(cfg))
-    shutil.copy(HERE / "test_uart_host.py", tmp_path / "uart_host_bench.py")
-    rtl.check_simulator("verilator")
-    from cocotb_tools import runner as cr
-
-    class _Verilator(cr.Verilator):
-        def _set_env_build(self) -> None:
-            super()._set_env_build()
-            self.env["MAKEFLAGS"] = (self.env.get("MAKEFLAGS", "") + " " + PCH_FIX).strip()
-
-    r = _Verilator()
-    saved = os.environ.pop("PYTEST_CURRENT_TEST", None)
-    try:
-        r.build(sources=[v], hdl_toplevel="top", build_dir=tmp_path / "build",
-                build_args=VERILATOR_ARGS, log_file=tmp_path / "build.log", always=True)
-        r.test(test_module="uart_host_bench", hdl_toplevel="top", hdl_toplevel_lang="verilog",
-               build_dir=tmp_path / "build", results_xml=str(tmp_path / "results.xml"),
-               test_dir=tmp_path, log_file=tmp_path / "sim.log",
-               extra_env={"UART_BENCH_IN": str(tmp_path / "in.json"),
-                          "UART_BENCH_OUT": str(tmp_path / "out.json")})
-    except SystemExit:
-        pass
-    finally:
-        if saved is not None:
-            os.environ["PYTEST_CURRENT_TEST"] = saved
-    out_file = tmp_path / "out.json"
-    assert out_file.exists(), (tmp_path / "sim.log").read_text()[-3000:]
-    res = json.loads(out_file.read_text())
+    res = uart_bench(tmp_path, v, cfg)
     got = unpack([decode_vector(int(a).to_bytes(w.n_out, "little"), pout.elements * pout.width)
                   for a in res["answers"]], pout)
     return got.reshape(len(got) // t_out, -1), expected

