@@ -11,7 +11,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -62,6 +62,17 @@ def regular_file(path: str | os.PathLike[str], what: str, limit: int) -> int:
     return st.st_size
 
 
+def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran order, dtype) of a .npy stream, read without touching the data: what
+    is checked before anything is allocated. ValueError on a malformed header."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    if version in ((2, 0), (3, 0)):
+        return np.lib.format.read_array_header_2_0(f)
+    raise ValueError(f"unknown .npy version {version}")
+
+
 def load_array(path: str | os.PathLike[str], what: str = "--inputs") -> np.ndarray:
     """A numeric .npy array: header checked against the file size before loading (a header
     declaring 10^15 elements allocates nothing), then dtype, emptiness, NaN/Inf and the
@@ -70,13 +81,7 @@ def load_array(path: str | os.PathLike[str], what: str = "--inputs") -> np.ndarr
     p = os.fspath(path)
     try:
         with open(p, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version in ((2, 0), (3, 0)):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"unknown .npy version {version}")
+            shape, fortran, dtype = read_npy_header(f)
             offset = f.tell()
     except Exception as e:  # noqa: BLE001 - any malformed header is the user's file
         raise GraphError(f"{what} {shown(p)}: not a readable .npy file "

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..graphs.ir import GraphError
-from ..graphs.userio import check_array
+from ..graphs.userio import check_array, read_npy_header
 from .errors import RequestError
 
 JSON_TYPES = ("application/json",)
@@ -106,13 +106,7 @@ def _json_kind(v: Any) -> str:
 def parse_npy(body: bytes) -> np.ndarray:
     f = io.BytesIO(body)
     try:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, _fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version in ((2, 0), (3, 0)):
-            shape, _fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            raise ValueError(f"unknown .npy version {version}")
+        shape, _fortran, dtype = read_npy_header(f)
     except Exception as e:  # noqa: BLE001 - a malformed header is the client's
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RequestError(400, "bad_npy", f"body is not a readable .npy array ({msg})") from None
