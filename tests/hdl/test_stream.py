@@ -208,11 +208,11 @@ def test_collect_in_amaranth_sim(bram_fifos, monkeypatch) -> None:
     """CollectUnit and a whole-vector tail, in Amaranth's simulator (no build): bit-exact
     with gaps and backpressure, latency per frame as compiled when nothing stalls; with
     every FIFO a block-RAM one (SyncFIFOBuffered, 2 cycles: the model follows)."""
-    from modelcircuit.hdl import stream
+    from modelcircuit.hdl import stream_top
     from modelcircuit.hdl.simulate import simulate
 
     if bram_fifos:
-        monkeypatch.setattr(stream, "BUFFERED_MIN_DEPTH", 2)
+        monkeypatch.setattr(stream_top, "BUFFERED_MIN_DEPTH", 2)
 
     cg = compile_graph(graph_collect(), precision="fixed<8,3>", reuse=4)
     top, info = build_top(cg)

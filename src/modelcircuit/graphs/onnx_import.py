@@ -35,6 +35,15 @@ from onnx import helper
 
 from . import limits
 from .ir import Graph, GraphError, Node, Tensor, prune, toposort
+from .onnx_channels import (
+    CHANNELS_LAST,
+    CHANNELS_LAST_OPS,
+    layout_consumer,
+    marked,
+    materialize,
+    onnx_shape,
+    transpose_plain,
+)
 from .onnx_checks import (
     check_float_attrs,
     check_input_initializer,
@@ -59,17 +68,7 @@ from .onnx_layout import attrs
 from .onnx_ops import HANDLERS, swapped_consumer, swapped_output
 from .onnx_ops import _binary as binary
 from .onnx_quant import bipolar, quant
-from .onnx_spatial import (
-    CHANNELS_LAST,
-    CHANNELS_LAST_OPS,
-    conv,
-    layout_consumer,
-    marked,
-    materialize,
-    onnx_shape,
-    pool,
-    transpose_plain,
-)
+from .onnx_spatial import conv, pool
 from .types import NumType
 from .userio import shown
 

@@ -43,19 +43,18 @@ from .errors import HdlError
 from .lower import LOWERING, Options, lower_node
 from .names import instance_name
 from .stream import (
-    INPUT,
     CollectUnit,
     FlatDense,
     Geometry,
     MapUnit,
     ResizeUnit,
-    StreamDesign,
     Tok,
     WindowAvg,
     WindowMax,
     WindowUnit,
     conv_weights,
 )
+from .stream_top import INPUT, StreamDesign
 from .units import Elementwise
 
 PIXEL_OPS = frozenset({Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD, Op.ADD,
@@ -300,7 +299,7 @@ class StreamModel:
                  pipeline: str | None = None):
         from .reuse import ReusePlan, resolve_reuse
         from .schedule import resolve_schedule
-        from .stream import StreamTop
+        from .stream_top import StreamTop
 
         g = compiled.graph
         self.schedule, sched = resolve_schedule(compiled, pipeline, adder_levels)
@@ -323,7 +322,7 @@ class StreamModel:
         self.graph = g
 
     def info(self) -> dict[str, Any]:
-        from .stream import design_info
+        from .stream_top import design_info
 
         g = self.graph
         return {**design_info(self.top, self.in_shape, self.out_shape, g.inputs[0],
