@@ -51,8 +51,9 @@ def run(compiled: CompiledGraph, x: np.ndarray, backend: str = "golden", trace: 
     if trace and backend != "golden":
         raise GraphError("trace=True is only available on the golden backend")
     if trace:
-        env = host.trace(compiled, x)
-        return env if codes else {k: host.values(compiled, k, v) for k, v in env.items()}
+        return host.trace(compiled, x) if codes else host.float_trace(compiled, x)
+    if backend == "golden" and not codes:
+        return host.golden(compiled, x)
     codes_in = host.encode(compiled, x)
     if backend == "golden":
         out = reference.execute(g, [codes_in], inputs_are_codes=True)[g.outputs[0]]

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .data import DEFAULT_MODEL, DIGITS_MODELS, bundled
+from .data import DEFAULT_MODEL, DIGITS_MODELS, bundled, load_model
 from .graphs.atomic import check_out_dir
-from .graphs.userio import load_array, parse_precision, shown
+from .graphs.userio import load_array, one_line, parse_precision, shown
 
 __all__ = ["DEFAULT_MODEL", "bundled", "load_inputs", "main", "make_parser", "parse_precision",
            "parse_reuse"]
@@ -46,12 +46,6 @@ def _is_user_error(e: BaseException) -> bool:
 
 def load_inputs(path: str, what: str = "--inputs") -> np.ndarray:
     return load_array(path, what)
-
-
-def load_model(path: str | None) -> Any:
-    from .graphs.onnx_import import load_onnx
-
-    return load_onnx(path if path is not None else bundled(DEFAULT_MODEL))
 
 
 def compile_from_args(a: argparse.Namespace) -> Any:
@@ -328,19 +322,6 @@ def make_parser() -> argparse.ArgumentParser:
     serve_cli.add_arguments(r)
     r.set_defaults(fn=serve_cli.run)
     return ap
-
-
-def one_line(msg: str) -> str:
-    """The first line of a message, with every other control or line-breaking character
-    (user text may hold \\r, \\x85, \\u2028, undecodable bytes) escaped so it prints as one."""
-    line = str(msg).split("\n", 1)[0].strip()
-    out = []
-    for ch in line:
-        if ch == " " or (ch.isprintable() and ch not in "\x85\u2028\u2029"):
-            out.append(ch)
-        else:
-            out.append(ch.encode("unicode_escape").decode("ascii"))
-    return "".join(out).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _say_error(msg: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 DEFAULT_MODEL = "digits_mlp.onnx"
 # the bundled models trained on scikit-learn's digits: `verify` uses their test split
@@ -15,3 +16,11 @@ DIGITS_MODELS = ("digits_mlp.onnx", "digits_cnn.onnx")
 def bundled(name: str) -> Path:
     """Path of a file shipped in this folder."""
     return Path(str(resources.files(__package__).joinpath(name)))
+
+
+def load_model(path: str | None) -> Any:
+    """The ONNX model at `path`, else the bundled digits MLP (the CLI's and the sweep's
+    MODEL argument)."""
+    from ..graphs.onnx_import import load_onnx
+
+    return load_onnx(path if path is not None else bundled(DEFAULT_MODEL))

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .common import compile_model, golden
+from ..graphs.host import golden
+from .common import compile_model
 from .spec import SweepError
 
 MIN_WIDTH = 2

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .common import compile_model, golden, one_line
+from ..graphs.host import golden
+from ..graphs.userio import one_line
+from .common import compile_model
 
 # test hooks (documented in tests/sweep): a crash in the worker running one point on its
 # first attempt, and a delay per point (so a test can interrupt a sweep in the middle)

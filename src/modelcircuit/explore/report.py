@@ -217,10 +217,11 @@ def plot_profile(rec: dict[str, Any], graph: Any, x: np.ndarray) -> bytes:
     the chosen types' representable magnitudes (step .. largest) as grey boxes."""
     import matplotlib.pyplot as plt
 
-    from .common import compile_model, trace
+    from ..graphs.host import float_trace
+    from .common import compile_model
 
     fc = compile_model(graph, precision="float32")
-    env = trace(fc, x)
+    env = float_trace(fc, x)
     types = rec.get("types", {})
     g = fc.graph
     order = list(g.inputs) + [t for n in g.nodes for t in (*n.inputs, *n.outputs)]

@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .common import compile_model, golden, load_model
+from ..data import load_model
+from ..graphs.host import golden
+from .common import compile_model
 from .engine import (
     ENGINES,
     Progress,

@@ -73,6 +73,20 @@ def decode(compiled: Any, out: np.ndarray) -> np.ndarray:
     return reference.execute(tail, [vals.astype(np.float32)])[tail.outputs[0]]
 
 
+def golden(compiled: Any, x: np.ndarray) -> np.ndarray:
+    """The golden model's float outputs for float inputs (N, *shape): head, body (reference
+    interpreter on codes), tail — what api.run(backend="golden") and the sweep compare."""
+    g = compiled.graph
+    out = reference.execute(g, [encode(compiled, np.asarray(x))],
+                            inputs_are_codes=True)[g.outputs[0]]
+    return np.asarray(decode(compiled, np.asarray(out)))
+
+
+def float_trace(compiled: Any, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Every tensor of head, body and tail as float values (api.run(trace=True))."""
+    return {k: values(compiled, k, v) for k, v in trace(compiled, np.asarray(x)).items()}
+
+
 def trace(compiled: Any, x: np.ndarray) -> dict[str, np.ndarray]:
     """Every tensor of head, body and tail (codes for fixed point, float32 otherwise)."""
     env: dict[str, np.ndarray] = {}

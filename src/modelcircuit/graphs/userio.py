@@ -202,3 +202,17 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, what: str) -> Non
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def one_line(msg: object) -> str:
+    """The first line of a message, with every other control or line-breaking character
+    (user text may hold \\r, \\x85, \\u2028, undecodable bytes) escaped so it prints as one:
+    the CLI's `error:` lines and the sweep's failure records both come from here."""
+    line = str(msg).split("\n", 1)[0].strip()
+    out = []
+    for ch in line:
+        if ch == " " or (ch.isprintable() and ch not in "\x85\u2028\u2029"):
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out).encode("utf-8", "backslashreplace").decode("utf-8")
