@@ -87,6 +87,10 @@ def render_text(r: dict[str, Any]) -> str:
                         f"{f.get('lut_unit', 'LUT4')} of {b.get('lut')} (fits within "
                         f"{f.get('margin', 0):.0%}), {e.get('dsp')}/{b.get('dsp')} DSP, "
                         f"{e.get('bram')}/{b.get('bram')} BRAM")
+            if f.get("stream"):  # a streamed model: hdl/flow/stream_fit.py
+                from .hdl.flow.stream_fit import plan_lines
+
+                tail.extend(plan_lines(f))
     return "\n".join(head + [line(cols)] + [line(t) for t in table] + tail)
 
 

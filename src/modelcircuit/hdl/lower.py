@@ -25,7 +25,8 @@ from .component import Unit
 from .dense import Dense
 from .errors import HdlError
 from .schedule import SCHEDULES, Schedule
-from .units import Elementwise, Lut, Softmax, Wiring, threshold_fn
+from .softmax_serial import SoftmaxSerial, use_serial
+from .units import SOFT_PRODUCT_SLICE, Elementwise, Lut, Softmax, Wiring, threshold_fn
 
 
 @dataclass(frozen=True)
@@ -176,14 +177,24 @@ def lower_lut(g: Graph, node: Node, opt: Options) -> Unit:
 
 
 def lower_softmax(g: Graph, node: Node, opt: Options) -> Unit:
+    """The parallel Softmax (II 1), or the serial one (hdl/softmax_serial.py: one exp-table
+    port, one product, II 3n + 2, 3n + 3 under "fmax") where the design's II budget covers
+    3n + 3 (`use_serial`: the input pixels per frame of a streamed model, else the largest
+    Dense reuse), so the choice never slows the design down. The serial product is split
+    for a 16 x 16 DSP under the lean schedules ("area": iCE40; "latency")."""
     tin, n = _spec(g, node.inputs[0], node)
     if len(node.inputs) < 3:
         raise HdlError(f"node {node.name} (Softmax): no exp/reciprocal tables; compile first")
     a = SoftmaxAttrs.of(node)
-    return Softmax(tin, n, _out(g, node)[0], np.asarray(g.constants[node.inputs[1]]),
-                   a.exp_type, a.exp_lo, a.exp_shift, np.asarray(g.constants[node.inputs[2]]),
-                   a.recip_type, a.recip_lo, a.recip_shift,
-                   deep=opt.schedule.mul_levels is None)  # "fmax": products alone in a stage
+    args = (tin, n, _out(g, node)[0], np.asarray(g.constants[node.inputs[1]]),
+            a.exp_type, a.exp_lo, a.exp_shift, np.asarray(g.constants[node.inputs[2]]),
+            a.recip_type, a.recip_lo, a.recip_shift)
+    deep = opt.schedule.mul_levels is None  # "fmax": table outputs, products registered
+    if use_serial(g, node, opt.reuse):
+        return SoftmaxSerial(*args, split=opt.schedule.lean, deep=deep)
+    # `--strategy da` (no DSP block): products as registered slices
+    split = SOFT_PRODUCT_SLICE if opt.strategy == "da" else 0
+    return Softmax(*args, deep=deep, split=split)
 
 
 def lower_reshape(g: Graph, node: Node, opt: Options) -> Unit:

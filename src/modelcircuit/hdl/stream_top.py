@@ -63,7 +63,16 @@ def schedule(d: StreamDesign, frames: int | None = None) -> Timing:
     """The event model of the step rules (see the module docstring) with the input paced at
     the II; no FIFO limits (the depths come out of it). A FIFO of BUFFERED_MIN_DEPTH or more
     is `SyncFIFOBuffered` (block RAM, 2 cycles from push to read); the model is rerun until
-    that choice is stable."""
+    that choice is stable.
+
+    Each depth is the least with which no unit ever waits for room (a unit's `en` is the
+    AND of its output FIFOs' w_rdy, so a full FIFO would freeze it and the timing would no
+    longer be the model's). On a skip connection that is the structural lag: tiny_unet's
+    top Concat holds 34,949 tokens against 135 rows x 256 = 34,560 from the rows of halo
+    of the long path alone (3x3 Convs, pools, resizes; tests/hdl/test_unet.py checks this
+    on a generated U-Net). The FIFO in front of a Resize holds the end-of-frame flush of a
+    deeper level (it emits 4 tokens per input token); a smaller one would need a schedule
+    with back-pressure."""
     if not d.units:
         raise HdlError(f"graph {d.name!r}: nothing to stream")
     if frames is None:  # fewer frames for big ones: the model is Python, per step

@@ -46,6 +46,36 @@ from ..fold import fold_multipliers, fold_shape
 from ..schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
 from .devices import family
 
+# (width, depth) configurations of one block RAM, per family (pseudo-dual-port: one write
+# and one read port, as every streamed memory uses)
+BRAM_CONFIGS: dict[str, tuple[tuple[int, int], ...]] = {
+    "ecp5": ((36, 512), (18, 1024), (9, 2048), (4, 4096), (2, 8192), (1, 16384)),
+    "ice40": ((16, 256), (8, 512), (4, 1024), (2, 2048)),
+}
+
+
+def bram_tiles(width: int, depth: int, family_name: str,
+               geom: tuple[int, int] = (36, 512)) -> int:
+    """Block RAMs for one width x depth memory: the best configuration tiled over width and
+    depth (a family without a table: its one `bram_rom` geometry `geom`)."""
+    if width <= 0 or depth <= 0:
+        return 0
+    cfgs = BRAM_CONFIGS.get(family_name, (tuple(geom),))
+    return min(-(-width // w) * -(-depth // d) for w, d in cfgs)
+
+
+def bram_for_geom(width: int, depth: int, geom: tuple[int, int]) -> int:
+    """bram_tiles for the family whose widest block-RAM configuration is `geom` (the
+    `bram_rom` entry of fpga.json: (36, 512) ECP5, (16, 256) iCE40)."""
+    fam = next((f for f, cfgs in BRAM_CONFIGS.items() if cfgs[0] == tuple(geom)), "")
+    return bram_tiles(width, depth, fam, geom)
+
+
+def bram_bits(family_name: str, geom: tuple[int, int] = (36, 512)) -> int:
+    """Bits of one block RAM (its widest configuration)."""
+    w, d = BRAM_CONFIGS.get(family_name, (tuple(geom),))[0]
+    return w * d
+
 
 @dataclass
 class LayerCost:
@@ -120,8 +150,7 @@ def flat_cost(layer: dict[str, Any], r: int) -> LayerCost:
     wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
     cw = ww + 1
     width, depth = c * m * cw, pixels * d
-    bw, bd = layer.get("bram_geom", (16, 256))
-    bram = max(-(-width // bw) * -(-depth // bd), -(-width * depth // (bw * bd)))
+    bram = bram_for_geom(width, depth, layer.get("bram_geom", (16, 256)))
     ff = 2 * c * wx + m * acc + n_out * acc + n_out * wo + 3 * depth.bit_length()
     lut = max(0, c - 1) * m * acc + n_out * acc + 2 * n_out * wo + depth.bit_length() * 6 + 40
     return LayerCost(layer["node"], pixels * d, c * m, int(lut), max(1, wx * cw), int(ff),
@@ -160,8 +189,7 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
     cw = ww + 1
     width, depth = mults * cw, f.steps
     if mults and depth >= BRAM_MIN_DEPTH:  # coefficient ROM in block RAM
-        bw, bd = layer["bram_geom"]
-        bram = max(-(-width // bw) * -(-depth // bd), -(-width * depth // (bw * bd)))
+        bram = bram_for_geom(width, depth, layer["bram_geom"])
         rom = 0
     else:
         bram = 0
@@ -256,6 +284,23 @@ def _parallel_cost(layer: dict[str, Any]) -> LayerCost:
     # constant products as shift-add: about half the bits of a generic product
     return LayerCost(layer["node"], 1, mults, int(lut), max(1, wx * ww // 2), int(ff), 0, 0,
                      lut_per_mul_min=max(1, wx * ww // 2))
+
+
+def softmax_costs(compiled: Any, plan: dict[str, int], family_name: str) -> list[LayerCost]:
+    """Each Softmax as the circuit builds it for this plan (hdl/softmax_serial.py:
+    the serial unit where the design's II covers it, else the parallel one), as a
+    LayerCost (its products as multipliers; reuse = its II), on the family's block RAM
+    and DSP widths."""
+    from ..softmax_serial import softmax_cost, softmax_nodes
+
+    fam = family(family_name)
+    geom = tuple(fam["bram_rom"])
+    out = []
+    for nd in softmax_nodes(compiled.graph):
+        c = softmax_cost(compiled.graph, nd, plan, geom, int(fam["dsp_max_width"]))
+        out.append(LayerCost(nd.name, c["ii"], c["dsp"], c["lut"], c["lut_per_mul"], c["ff"],
+                             c["latency"], c["bram"], lut_per_mul_min=c["lut_per_mul"] // 2))
+    return out
 
 
 def estimate(costs: list[LayerCost], dsp_budget: int, family_name: str = "ecp5",

@@ -42,12 +42,8 @@ from ..schedule import SCHEDULES, family_schedule
 from ..size import beyond_any_reuse, check_circuit_size, hdl_limit, other_size
 from ..top import check_io
 from .devices import family, soft_max_width
-from .estimate import LayerCost, dense_layers, estimate, layer_cost
-from .tools import FlowError
-
-
-class FitError(FlowError):
-    """No reuse plan fits the device."""
+from .estimate import LayerCost, dense_layers, estimate, layer_cost, softmax_costs
+from .tools import FitError, FlowError  # noqa: F401 - FitError: this module's error
 
 
 @dataclass
@@ -60,12 +56,16 @@ class FitPlan:
     layers: list[dict[str, Any]] = field(default_factory=list)
     lut_unit: str = "LUT4"
     margin: float = 0.0
+    # a streamed model (hdl/flow/stream_fit.py): II per pixel, frame latency, memories,
+    # FIFOs that would need external memory
+    stream: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"reuse": dict(self.reuse), "ii": self.ii, "device": self.device,
                 "budget": dict(self.budget), "estimate": dict(self.estimate),
                 "lut_unit": self.lut_unit, "margin": self.margin,
-                "layers": list(self.layers)}
+                "layers": list(self.layers),
+                **({"stream": self.stream} if self.stream is not None else {})}
 
 
 def _fits(est: dict[str, int], prof: dict[str, Any], margin: float, overhead: int) -> bool:
@@ -103,13 +103,23 @@ class _Fit:
         return self.cache[key]
 
     def costs(self, plan: dict[str, int]) -> list[LayerCost]:
-        return [self.cost(lay, plan[lay["node"]]) for lay in self.layers]
+        return ([self.cost(lay, plan[lay["node"]]) for lay in self.layers]
+                + softmax_costs(self.compiled, plan, self.family))
 
     def estimate(self, plan: dict[str, int]) -> dict[str, int]:
         return estimate(self.costs(plan), self.budget["dsp"], self.family, self.io)
 
     def fits(self, plan: dict[str, int]) -> bool:
-        return _fits(self.estimate(plan), self.prof, self.lut_margin, self.overhead)
+        return self.fits_estimate(self.estimate(plan))
+
+    def fits_estimate(self, est: dict[str, int]) -> bool:
+        """An estimate within the device's budget and this fit's margin (the streamed plan
+        search, hdl/flow/stream_fit.py, adds its glue before asking)."""
+        return _fits(est, self.prof, self.lut_margin, self.overhead)
+
+    def no_fit(self, compiled: Any, search: Any, any_within: bool) -> ValueError:
+        """The error when no plan fits (see _no_fit)."""
+        return _no_fit(compiled, self, search, any_within)
 
     def plan(self, plan: dict[str, int], least: bool = False) -> FitPlan:
         costs = self.costs(plan)
@@ -218,6 +228,12 @@ def fit_reuse(compiled: Any, prof: dict[str, Any], lut_margin: float | None = No
     if not fx.layers:
         return fx.empty()
     search = _Search(compiled, fx.layers)
+    from ..conv import is_streamed
+
+    if is_streamed(compiled.graph):  # frame time decides a streamed plan
+        from .stream_fit import fit_streamed
+
+        return fit_streamed(compiled, fx, search, pipeline)
     plan, any_within = None, False
     for ii in search.iis():
         trial = search.at(ii)
@@ -282,6 +298,12 @@ def check_plan(compiled: Any, prof: dict[str, Any], plan: dict[str, int],
     plan = {**{n: 1 for n in missing}, **{k: int(v) for k, v in plan.items()}}
     plan = {lay["node"]: plan[lay["node"]] for lay in fx.layers}
     fp = fx.plan(plan, least=True) if plan else fx.empty(fx.overhead)
+    from ..conv import is_streamed
+
+    if plan and is_streamed(compiled.graph):  # + windows, line buffers, FIFOs
+        from .stream_fit import check_streamed
+
+        check_streamed(compiled, fx, fp, plan, pipeline)
     est, b = fp.estimate, fx.budget
     over = []
     if est["lut"] > b["lut"] * EXPLICIT_MARGIN:

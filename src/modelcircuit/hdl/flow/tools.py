@@ -52,6 +52,10 @@ class FlowError(ValueError):
         self.tail = tail
 
 
+class FitError(FlowError):
+    """No reuse plan fits the device."""
+
+
 class DoesNotFit(FlowError):
     """The design needs more of some resource than the device has."""
 
