@@ -3,15 +3,21 @@
 For each model, register schedule (--pipeline: "latency" = fewest cycles, the default without
 an FPGA profile; "fmax" = the FPGA flow's default, aiming at >= 100 MHz on ECP5) and R:
 latency (cycles), II, real multipliers (zero weights and powers of two
-excluded), register bits (flip-flops in the RTLIL netlist), Verilog lines, and the time to
+excluded), register bits (flip-flops in the RTLIL netlist and the text cores), Verilog lines, and the time to
 lower and convert (Amaranth elaboration + builtin yosys). With --sim, also checks a few
 vectors bit-exact in amaranth.sim and reports the simulated latency.
 With --strategy mult,da (Dense at R=1 as products, or as shared adder graphs: hdl/cmvm.py)
-each row is timed --repeat times (median) and the table gives each strategy's time as a
-ratio to the first strategy's in the same run ("mult", the old path, by default).
+and --cores text,amaranth (the export's R=1 Dense cores written as Verilog text,
+hdl/netlist_text.py, the default; or the old path, the whole netlist through Amaranth) each
+row is timed --repeat times (median; the repeats interleaved, so that every configuration
+sees the same load on a shared machine); "ratio" is the time over the first strategy's with
+the same cores, "vs old" over the same strategy's with --cores amaranth, in the same run.
+--sim checks the pure Amaranth circuit in amaranth.sim (the text cores are checked in
+Verilator: tests/hdl/test_export_fast.py and every `verify --backends rtl`).
 Prints a table and writes JSON (bench/results/hdl.json by default).
 Run: .venv/bin/python bench/hdl.py [--reuse 1,2,4,8] [--model jet|digits|all]
-     [--pipeline latency,fmax] [--strategy mult,da] [--repeat 3] [--sim] [--json FILE]
+     [--pipeline latency,fmax] [--strategy mult,da] [--cores text,amaranth] [--repeat 3]
+     [--sim] [--json FILE]
 """
 
 from __future__ import annotations
@@ -52,6 +58,16 @@ def sim_check(c: mc.CompiledGraph, reuse: int, pipeline: str, n: int = 4) -> dic
             "sim_s": round(time.perf_counter() - t0, 2)}
 
 
+def _time_export(path: Path, precision: str, strat: str, r: int, pipe: str,
+                 cores: str) -> tuple[float, dict, mc.CompiledGraph]:
+    """ONNX -> Verilog once: load, compile, export (seconds, export info, compiled)."""
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        c = mc.compile(mc.load_onnx(str(path)), precision=precision, strategy=strat)
+        info = export_verilog(c, d, reuse=r, pipeline=pipe, cores=cores)
+        return time.perf_counter() - t0, info, c
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reuse", default="1,2,4,8")
@@ -60,37 +76,45 @@ def main() -> int:
     ap.add_argument("--pipeline", default="latency,fmax")
     ap.add_argument("--sim", action="store_true")
     ap.add_argument("--strategy", default="mult")
+    ap.add_argument("--cores", default="text",
+                    help="text,amaranth: R=1 Dense cores as Verilog text (the export's "
+                         "default) and/or the old pure-Amaranth path, timed side by side")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "hdl.json"))
     a = ap.parse_args()
     rows = []
     models = list(MODELS) if a.model == "all" else [a.model]
-    hdr = f"{'model':8} {'strategy':8} {'pipeline':8} {'L':>2} {'R':>3} {'latency':>7} {'II':>3} " \
-          f"{'mults':>6} {'reg bits':>8} {'v lines':>8} {'compile s':>9} {'ratio':>6}"
+    hdr = f"{'model':8} {'strategy':8} {'cores':8} {'pipeline':8} {'L':>2} {'R':>3} " \
+          f"{'latency':>7} {'II':>3} {'mults':>6} {'reg bits':>8} {'v lines':>8} " \
+          f"{'compile s':>9} {'ratio':>6} {'vs old':>6}"
     print(hdr)
     print("-" * len(hdr))
     for name in models:
         if not MODELS[name].exists():
             print(f"{name}: model missing, skipped")
             continue
-        strategies = a.strategy.split(",")
-        base: dict[tuple[str, int], float] = {}
-        for strat, pipe, r in [(s, p, int(v)) for s in strategies for p in a.pipeline.split(",")
-                               for v in a.reuse.split(",")]:
-            times = []
-            for _ in range(max(1, a.repeat)):  # ONNX -> Verilog: load, compile, export
-                with tempfile.TemporaryDirectory() as d:
-                    t0 = time.perf_counter()
-                    c = mc.compile(mc.load_onnx(str(MODELS[name])), precision=a.precision,
-                                   strategy=strat)
-                    info = export_verilog(c, d, reuse=r, pipeline=pipe)
-                    times.append(time.perf_counter() - t0)
-            dt = float(np.median(times))
-            base.setdefault((pipe, r), dt)
-            ratio = dt / base[(pipe, r)]
+        configs = [(s, cr, p, int(v)) for s in a.strategy.split(",")
+                   for cr in a.cores.split(",") for p in a.pipeline.split(",")
+                   for v in a.reuse.split(",")]
+        times: dict[tuple, list[float]] = {k: [] for k in configs}
+        last: dict[tuple, tuple[dict, mc.CompiledGraph]] = {}
+        # repeats interleaved: on a shared machine every configuration sees the same load
+        for _ in range(max(1, a.repeat)):
+            for k in configs:
+                dt, info, c = _time_export(MODELS[name], a.precision, k[0], k[3], k[2], k[1])
+                times[k].append(dt)
+                last[k] = (info, c)
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        for k in configs:
+            strat, cores, pipe, r = k
+            info, c = last[k]
+            dt = med[k]
+            first = med[(configs[0][0], cores, pipe, r)]  # the first strategy, same cores
+            old = med.get((strat, "amaranth", pipe, r))  # the same strategy, old path
             row = {"model": name, "precision": a.precision, "pipeline": pipe, "strategy": strat,
-                   "compile_s_all": [round(t, 2) for t in times],
-                   "ratio_to_first_strategy": round(ratio, 3),
+                   "cores": cores, "compile_s_all": [round(t, 2) for t in times[k]],
+                   "ratio_to_first_strategy": round(dt / first, 3),
+                   "ratio_to_amaranth_cores": round(dt / old, 3) if old else None,
                    "adder_levels": info["adder_levels"], "reuse": r,
                    "latency": info["latency"], "ii": info["ii"],
                    "multipliers": info["multipliers"], "shifts": info["shifts"],
@@ -101,9 +125,11 @@ def main() -> int:
             if a.sim:
                 row.update(sim_check(c, r, pipe))
             rows.append(row)
-            print(f"{name:8} {strat:8} {pipe:8} {row['adder_levels']:>2} {r:>3} {row['latency']:>7} "
-                  f"{row['ii']:>3} {row['multipliers']:>6} "
-                  f"{row['register_bits']:>8} {row['verilog_lines']:>8} {dt:>9.1f} {ratio:>6.2f}"
+            vs_old = f"{row['ratio_to_amaranth_cores']:>6.2f}" if old else f"{'-':>6}"
+            print(f"{name:8} {strat:8} {cores:8} {pipe:8} {row['adder_levels']:>2} {r:>3} "
+                  f"{row['latency']:>7} {row['ii']:>3} {row['multipliers']:>6} "
+                  f"{row['register_bits']:>8} {row['verilog_lines']:>8} {dt:>9.2f} "
+                  f"{row['ratio_to_first_strategy']:>6.2f} {vs_old}"
                   + (f"  sim: exact={row['sim_bit_exact']} lat={row['sim_latency']}"
                      if a.sim else ""))
             sys.stdout.flush()

@@ -24,6 +24,13 @@ most M bits, modulo 2**M); a register goes after adder level d wherever plan_sta
 one (each level weighs 1), and a value read at a later stage is delayed by registers to
 it. Latency = registers planned + 1, II = 1, both known before elaboration.
 
+R = 1 core, two writers: `_core_parallel` / `_core_graph` build everything up to the sums
+(products or adder graph, the tree, their registers) through an "ops" object: on Amaranth
+values (`_AmaranthOps`: amaranth.sim, the FPGA flow) or, inside an export
+(hdl/export.convert), as Verilog and RTLIL text with the same value shapes
+(hdl/netlist_text.TextOps), one module instantiated here; the requantization after the sums
+is Amaranth either way.
+
 R > 1 (fold.Fold): the input vector is loaded into a rotating register and consumed in R_in
 chunks of c elements, one chunk per step, for each of R_out output groups of m outputs:
 c * m time-shared lanes. The coefficients of every multiplier lane for a step are one word
@@ -46,11 +53,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from amaranth.hdl import Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import ClockSignal, Const, Instance, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib.memory import Memory
 
 from ..graphs.types import FixedType, Rounding
-from . import cmvm
+from . import cmvm, netlist_text
 from .arith import const_mul, fit, overflow, relu, shape_of, shift_round
 from .cmvm import csd
 from .component import Unit
@@ -62,6 +69,61 @@ BRAM_MIN_DEPTH = 16  # coefficient ROMs at least this deep go to block RAM
 # per layer: "mult" (a product per weight: DSPs, shifts, shift-add leaves) or "da" (R = 1:
 # one shared adder graph, hdl/cmvm.py); "auto" is resolved per layer before lowering
 STRATEGIES = ("mult", "da")
+
+
+class _AmaranthOps:
+    """The operations a Dense core is built with (see `Dense._core`), on Amaranth values;
+    netlist_text.TextOps is the same interface writing Verilog text, with the same shapes."""
+
+    def __init__(self, unit: Unit, m: Module):
+        self.unit, self.m = unit, m
+
+    @staticmethod
+    def shape(v: Value) -> tuple[int, bool]:
+        s = Value.cast(v).shape()
+        return s.width, s.signed
+
+    @staticmethod
+    def const(value: int, width: int | None = None, is_signed: bool | None = None) -> Value:
+        if width is None:
+            return Const(value)
+        return Const(value, signed(width) if is_signed else unsigned(width))
+
+    @staticmethod
+    def shl(v: Value, k: int) -> Value:
+        return Value.cast(v) << k
+
+    @staticmethod
+    def neg(v: Value) -> Value:
+        return -Value.cast(v)
+
+    @staticmethod
+    def add(a: Value, b: Value) -> Value:
+        return Value.cast(a) + b
+
+    @staticmethod
+    def sub(a: Value, b: Value) -> Value:
+        return Value.cast(a) - b
+
+    @staticmethod
+    def mul(v: Value, c: int) -> Value:
+        return Value.cast(v) * c
+
+    @staticmethod
+    def fit(v: Value, width: int, is_signed: bool) -> Value:
+        return fit(v, width, is_signed)
+
+    def node(self, name: str, width: int, is_signed: bool, v: Value, keep: bool) -> Signal:
+        sig = Signal(signed(width) if is_signed else unsigned(width), name=name,
+                     attrs={"keep": 1} if keep else {})
+        self.m.d.comb += sig.eq(v)
+        return sig
+
+    def regs(self, values: list[Value], name: str) -> list[Signal]:
+        return self.unit.regs(self.m, values, name)
+
+
+_Ops = _AmaranthOps | netlist_text.TextOps
 
 
 def tree_levels(n_terms: int) -> int:
@@ -189,21 +251,22 @@ class Dense(Unit):
         return d
 
     # -- shared pieces -------------------------------------------------------------------
-    def _wrap(self, v: Value) -> Value:
-        v = Value.cast(v)
-        return fit(v, self.mod, True) if len(v) > self.mod or not v.shape().signed else v
+    def _wrap(self, ops: _Ops, v: object) -> object:
+        """v modulo 2**M, signed (only where it is wider or unsigned)."""
+        width, is_signed = ops.shape(v)
+        return ops.fit(v, self.mod, True) if width > self.mod or not is_signed else v
 
-    def _tree(self, m: Module, cols: list[list[Value]], flags: list[bool],
-              carry: list[Value]) -> tuple[list[Value], list[Value]]:
+    def _tree(self, ops: _Ops, cols: list[list[object]], flags: list[bool],
+              carry: list[object]) -> tuple[list[object], list[object]]:
         """Reduce each column to one value, registering all columns (and `carry`) after
         adder level i when flags[i]. Returns (sums, carry)."""
-        cols = [c if c else [Const(0, signed(2))] for c in cols]
+        cols = [c if c else [ops.const(0, 2, True)] for c in cols]
         for lvl in range(self.levels):
-            cols = [[self._wrap(c[i] + c[i + 1]) if i + 1 < len(c) else c[i]
+            cols = [[self._wrap(ops, ops.add(c[i], c[i + 1])) if i + 1 < len(c) else c[i]
                      for i in range(0, len(c), 2)] for c in cols]
             if flags[lvl]:
                 flat = [v for c in cols for v in c]
-                r = self.regs(m, flat + carry, f"t{lvl}_")
+                r = ops.regs(flat + carry, f"t{lvl}_")
                 it = iter(r[:len(flat)])
                 cols = [[next(it) for _ in c] for c in cols]
                 carry = r[len(flat):]
@@ -213,18 +276,31 @@ class Dense(Unit):
     def _round(self, v: Value) -> Value:
         return shift_round(v, self.frac - self.tout.frac, self.tout.rounding)
 
-    def _finish(self, v: Value) -> Value:
-        y = overflow(v, self.tout)
-        return relu(y) if self.relu_ else y
+    @staticmethod
+    def _named(m: Module, vals: list[Value], name: str) -> list[Value]:
+        """Within an export (netlist_text.text_cores), each value as a named signal: Amaranth
+        emits an expression's cells once per use, and the requantization reads each value
+        two or three times (6 shifters per output instead of 1; the export's netlist build
+        is then mostly these). Elsewhere the values as they are (the old netlist)."""
+        if netlist_text.active() is None:
+            return vals
+        out = [Signal(Value.cast(v).shape(), name=f"{name}{i}") for i, v in enumerate(vals)]
+        m.d.comb += [s.eq(v) for s, v in zip(out, vals, strict=True)]
+        return out
+
+    def _finish(self, m: Module, vals: list[Value]) -> list[Value]:
+        """Overflow, then ReLU."""
+        ys = self._named(m, [overflow(v, self.tout) for v in vals], "ov")
+        return [relu(y) if self.relu_ else y for y in ys]
 
     def _requant(self, m: Module, vals: list[Value], round_reg: bool,
                  carry: list[Value]) -> tuple[list[Value], list[Value]]:
         """Round, (register), overflow + ReLU. Returns (outputs, carry)."""
-        r = [self._round(fit(v, self.mod, True)) for v in vals]
+        r = self._named(m, [self._round(fit(v, self.mod, True)) for v in vals], "rd")
         if round_reg:
             regd = self.regs(m, r + carry, "rq")
             r, carry = regd[:len(r)], regd[len(r):]
-        return [self._finish(v) for v in r], carry
+        return self._finish(m, r), carry
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -236,46 +312,79 @@ class Dense(Unit):
             self._folded(m)
         return m
 
-    def _parallel(self, m: Module) -> None:
-        x = self.inputs()
-        cols: list[list[Value]] = []
+    def _core(self, m: Module) -> list[Value]:
+        """R = 1: the products or adder graph and the tree, up to the sums (before the
+        requantization), registers as planned. In Amaranth, or, inside an export's
+        netlist_text.text_cores block, as a Verilog text module (the same circuit, written
+        from the same code through netlist_text.TextOps) instantiated here."""
+        build = self._core_graph if self.strategy == "da" else self._core_parallel
+        cores = netlist_text.active()
+        if cores is None:
+            return [Value.cast(v) for v in build(_AmaranthOps(self, m), self.inputs())]
+        t = self.tx
+        ops = netlist_text.TextOps(len(self.x0))
+        sums = build(ops, [ops.input(i * t.width, t.width, t.signed) for i in range(self.n_in)])
+        name = cores.add(ops, sums, self.mod)
+        s = Signal(self.mod * self.n_out, name="core_s")
+        m.submodules.core = Instance(name, i_clk=ClockSignal("sync"), i_en=self.en,
+                                     i_x=self.x0, o_s=s)
+        return [s[j * self.mod:(j + 1) * self.mod].as_signed() for j in range(self.n_out)]
+
+    def _const_mul(self, ops: _Ops, x: object, c: int) -> object | None:
+        """x * c as arith.const_mul: None for 0, a shift (and negation) for a power of two,
+        a multiplier otherwise."""
+        if c == 0:
+            return None
+        a = abs(c)
+        if a & (a - 1) == 0:
+            y = ops.shl(x, a.bit_length() - 1)
+            return ops.neg(y) if c < 0 else y
+        return ops.mul(x, c)
+
+    def _core_parallel(self, ops: _Ops, x: list[object]) -> list[object]:
+        """R = 1, products: one term per non-zero weight (shift-add leaves, shifts or
+        constant products) and the bias, the product registers, the adder tree."""
+        cols: list[list[object]] = []
         for j in range(self.n_out):
             terms = []
             for i in range(self.n_in):
                 if self.shift_add[i, j]:
                     for d, k in csd(int(self.w[i, j])):
-                        v = Value.cast(x[i]) << (k + self.p_shift)
-                        terms.append(self._wrap(v if d > 0 else -v))
+                        v = ops.shl(x[i], k + self.p_shift)
+                        terms.append(self._wrap(ops, v if d > 0 else ops.neg(v)))
                     continue
-                p, _ = const_mul(x[i], int(self.w[i, j]))
+                p = self._const_mul(ops, x[i], int(self.w[i, j]))
                 if p is not None:
-                    terms.append(self._wrap(p << self.p_shift))
+                    terms.append(self._wrap(ops, ops.shl(p, self.p_shift)))
             if self.bias[j]:
-                terms.append(self._wrap(Const(self.bias[j])))
+                terms.append(self._wrap(ops, ops.const(self.bias[j])))
             cols.append(terms)
         flags = self.stage_regs
         if flags[0]:  # the products alone in their stage
             flat = [v for c in cols for v in c]
-            it = iter(self.regs(m, flat, "p"))
+            it = iter(ops.regs(flat, "p"))
             cols = [[next(it) for _ in c] for c in cols]
-        sums, _ = self._tree(m, cols, flags[1:1 + self.levels], [])
-        outs, _ = self._requant(m, sums, flags[1 + self.levels], [])
+        sums, _ = self._tree(ops, cols, flags[1:1 + self.levels], [])
+        return sums
+
+    def _parallel(self, m: Module) -> None:
+        sums = self._core(m)
+        outs, _ = self._requant(m, sums, self.stage_regs[1 + self.levels], [])
         self.out_regs(m, outs)
 
-    def _graph(self, m: Module) -> None:
+    def _core_graph(self, ops: _Ops, x: list[object]) -> list[object]:
         """The adder graph, node by node (one signal each, its exact width or M bits), each
         value delayed by registers to the stage of every level that reads it."""
         g, flags = self.graph, self.stage_regs
         pre = [0]
         for f in flags:
             pre.append(pre[-1] + int(f))
-        x = self.inputs()
-        vals: dict[tuple[int, int], Value] = {}  # (node, stage) -> value in that stage
+        vals: dict[tuple[int, int], object] = {}  # (node, stage) -> value in that stage
 
-        def at(i: int, stage: int) -> Value:
+        def at(i: int, stage: int) -> object:
             v = vals.get((i, stage))
             if v is None:
-                v = self.regs(m, [at(i, stage - 1)], f"n{i}s{stage}_")[0]
+                v = ops.regs([at(i, stage - 1)], f"n{i}s{stage}_")[0]
                 vals[(i, stage)] = v
             return v
 
@@ -285,30 +394,32 @@ class Dense(Unit):
                 vals[(i, 0)] = x[nd.a]
                 continue
             if nd.kind == "const":
-                vals[(i, 0)] = Const(nd.c)
+                vals[(i, 0)] = ops.const(nd.c)
                 continue
             width = g.node_width(i)
             # keep: yosys would otherwise merge chains of adds into one $macc, mapped as a
             # carry-save tree of LUT4s (a + b + c on ECP5: 9 CCU2C + 97 LUT4 merged,
             # 27 CCU2C kept); each node stays its own carry chain
-            sig = Signal(signed(width) if nd.lo < 0 or width < nd.width else unsigned(width),
-                         name=f"n{i}", attrs={"keep": 1})
-            a = Value.cast(at(nd.a, home))
+            a = at(nd.a, home)
             if nd.kind == "neg":
-                m.d.comb += sig.eq(-a)
+                v = ops.neg(a)
             else:
-                b = Value.cast(at(nd.b, home)) << nd.sb
-                m.d.comb += sig.eq((a << nd.sa) + b if nd.sign > 0 else (a << nd.sa) - b)
-            vals[(i, home)] = sig
+                a, b = ops.shl(a, nd.sa), ops.shl(at(nd.b, home), nd.sb)
+                v = ops.add(a, b) if nd.sign > 0 else ops.sub(a, b)
+            vals[(i, home)] = ops.node(f"n{i}", width, nd.lo < 0 or width < nd.width, v,
+                                       keep=True)
         stage = pre[self.levels]
-        sums = [Const(0, 1) if o is None else Value.cast(at(o[0], stage)) << o[1]
+        return [ops.const(0, 1, False) if o is None else ops.shl(at(o[0], stage), o[1])
                 for o in g.outputs]
-        r = [shift_round(fit(v, self.mod, True), self.frac - self.tout.frac,
-                         Rounding.TRN if self.round_trn else self.tout.rounding)
-             for v in sums]
-        if flags[self.levels]:
+
+    def _graph(self, m: Module) -> None:
+        sums = self._core(m)
+        r = self._named(m, [shift_round(fit(v, self.mod, True), self.frac - self.tout.frac,
+                                        Rounding.TRN if self.round_trn else self.tout.rounding)
+                            for v in sums], "rd")
+        if self.stage_regs[self.levels]:
             r = self.regs(m, r, "rq")
-        self.out_regs(m, [self._finish(v) for v in r])
+        self.out_regs(m, self._finish(m, r))
 
     def _folded(self, m: Module) -> None:
         f = self.fold
@@ -325,7 +436,7 @@ class Dense(Unit):
         xs, ctrl, coef = self._fold_operands(m, xa, data, mul_keys)
         cols, ctrl = self._fold_products(m, xs, coef, ctrl)
         # -- adder tree, then the accumulator (which starts from the bias) ---------------
-        sums, ctrl = self._tree(m, cols, self.tree_flags, ctrl)
+        sums, ctrl = self._tree(_AmaranthOps(self, m), cols, self.tree_flags, ctrl)
         acc, cap = self._fold_accumulate(m, sums, ctrl)
         self._fold_outputs(m, acc, cap)
 
@@ -403,7 +514,7 @@ class Dense(Unit):
                 p, _ = const_mul(xs[t], col[0])
             else:
                 p = xs[t] * coef[(t, j)]
-            prods.append(self._wrap(p << self.p_shift))
+            prods.append(self._wrap(_AmaranthOps(self, m), p << self.p_shift))
         pr = prods + ctrl
         if self.prod_reg:
             pr = self.regs(m, pr, "p")

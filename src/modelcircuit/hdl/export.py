@@ -1,19 +1,28 @@
 """Verilog and RTLIL export through Amaranth's builtin (wasm) yosys: same model and options,
-byte-identical files. Nothing is written unless every file could be produced."""
+byte-identical files. Nothing is written unless every file could be produced.
+
+The R = 1 Dense cores (products or adder graph, adder tree and its registers) are written
+as Verilog and RTLIL text from their plan (hdl/netlist_text.py) and appended to yosys's
+Verilog and Amaranth's RTLIL of the rest, which instantiates them: <top>.v and <top>.il are
+each the complete design. `cores="amaranth"` builds everything through Amaranth (the old
+path, several times slower; the FPGA flow's hdl/flow/yosys.write_design does that)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..graphs.pipeline import CompiledGraph
 from .errors import HdlError
 from .names import check_top_name
+from .netlist_text import CoreSet, text_cores
 from .reuse import Reuse
 from .top import build_top
 
@@ -34,44 +43,73 @@ def register_bits(rtlil_text: str) -> int:
     return bits
 
 
+CORES = ("text", "amaranth")
+
+
 def convert(compiled: CompiledGraph, reuse: Reuse | str | None = None,
             top_name: str = "top", adder_levels: int | None = None,
-            pipeline: str | None = None) -> tuple[str, str, dict[str, Any]]:
+            pipeline: str | None = None, cores: str = "text") -> tuple[str, str, dict[str, Any]]:
     """(verilog text, rtlil text, info) in memory. `reuse`: a resolved plan (hdl/reuse.py;
-    `--reuse auto` is resolved first by the FPGA flow, hdl/flow/fit.plan_reuse)."""
+    `--reuse auto` is resolved first by the FPGA flow, hdl/flow/fit.plan_reuse).
+
+    `cores`: "text" (default) writes the R = 1 Dense cores as Verilog and RTLIL text
+    modules `<top>__core<n>` (hdl/netlist_text.py: the same circuit, several times faster to
+    export than building its Amaranth netlist), appended after yosys's Verilog (and
+    Amaranth's RTLIL) of the rest of the design, which instantiates them. "amaranth": the
+    whole design through Amaranth and yosys (the old path; what hdl/flow/yosys.write_design
+    elaborates for the FPGA flow)."""
     from amaranth.back import rtlil, verilog
 
     check_top_name(top_name)
+    if cores not in CORES:
+        raise HdlError(f"cores must be one of {', '.join(CORES)}, got {cores!r}")
     os.environ["AMARANTH_USE_YOSYS"] = "builtin"
     t0 = time.perf_counter()
     top, info = build_top(compiled, reuse, adder_levels, pipeline)
-    il = rtlil.convert(top, name=top_name, emit_src=False)
+    with _cores(cores, top_name) as cs:
+        il = rtlil.convert(top, name=top_name, emit_src=False)
     to_verilog = getattr(verilog, "_convert_rtlil_text", None)
     if to_verilog is not None:  # what verilog.convert does, without elaborating twice
         v = to_verilog(il)
     else:
         top, _ = build_top(compiled, reuse, adder_levels, pipeline)
-        v = verilog.convert(top, name=top_name, emit_src=False)
+        with _cores(cores, top_name) as cs:
+            v = verilog.convert(top, name=top_name, emit_src=False)
+    if cs is not None and cs.verilog_texts:
+        v += cs.verilog()
+        il += cs.rtlil()
     info = {"top": top_name, **info,
             "register_bits": register_bits(il), "verilog_lines": v.count("\n"),
             "files": {"verilog": f"{top_name}.v", "rtlil": f"{top_name}.il",
                       "json": f"{top_name}.json"},
             "graph_id": compiled.graph_id}
+    if cs is not None and cs.verilog_texts:
+        info["text_cores"] = {"modules": len(cs.verilog_texts), "register_bits": cs.reg_bits}
     info["_convert_s"] = time.perf_counter() - t0
     return v, il, info
 
 
+@contextlib.contextmanager
+def _cores(cores: str, top_name: str) -> Iterator[CoreSet | None]:
+    if cores == "amaranth":
+        yield None
+        return
+    with text_cores(top_name) as cs:
+        yield cs
+
+
 def export_verilog(compiled: CompiledGraph, out_dir: str | os.PathLike[str],
                    reuse: Reuse | str | None = None, top_name: str = "top",
-                   adder_levels: int | None = None, pipeline: str | None = None
-                   ) -> dict[str, Any]:
+                   adder_levels: int | None = None, pipeline: str | None = None,
+                   cores: str = "text") -> dict[str, Any]:
     """Write <top>.v, <top>.il and <top>.json (ports, packing, latency, II) into out_dir.
     Returns the JSON's content (plus `convert_s`, the conversion time, not written).
-    `reuse`: a resolved plan (see convert); `pipeline`: the register schedule's name."""
+    `reuse`: a resolved plan (see convert); `pipeline`: the register schedule's name;
+    `cores`: "text" or "amaranth" (see convert)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise HdlError(f"output path {str(out)!r} is a file, not a directory")
-    v, il, info = convert(compiled, reuse, top_name, adder_levels, pipeline)
+    v, il, info = convert(compiled, reuse, top_name, adder_levels, pipeline, cores)
     elapsed = info.pop("_convert_s")
     files = {f"{top_name}.v": v, f"{top_name}.il": il,
              f"{top_name}.json": json.dumps(info, indent=2, sort_keys=True) + "\n"}

@@ -157,6 +157,9 @@ def hdl_fingerprint() -> str:
     parts: list[str | bytes] = [amaranth.__version__]
     for p in sorted(Path(hdl.__file__).parent.rglob("*.py")):
         parts += [p.name, p.read_bytes()]
+    # the text cores' templates (hdl/netlist_text.py) are part of the generated Verilog too
+    for p in sorted((Path(hdl.__file__).parent.parent / "templates" / "hdl").glob("*.j2")):
+        parts += [p.name, p.read_bytes()]
     return _sha(*parts)
 
 
