@@ -77,6 +77,11 @@ class Lut(Unit):
         return m
 
 
+# Softmax products in logic (`--strategy da`, deep schedule): slices of this many bits of
+# the reciprocal (an 18-bit one: 3 partial products of 18 x 6, two registered sum levels)
+SOFT_PRODUCT_SLICE = 6
+
+
 class Softmax(Unit):
     """reference.softmax in four stages:
     1. d = x - max(x), exp index            -> register
@@ -88,11 +93,17 @@ class Softmax(Unit):
     alongside): the jet tagger's softmax set its clock on an ECP5 (43 MHz on the sum into
     the reciprocal ROM's address, 53 MHz on the max tree, 75 MHz on the ROM output into
     the multiplier).
+    `split` (deep only; 0: off): the products are built in logic (no DSP block, `--strategy
+    da`), so each e * r becomes partial products e * r_j over `split`-bit slices r_j of r,
+    registered, then summed (shifted) in a pairwise tree with a register after every level:
+    an 18 x 18 product in logic is one long carry-save path, an 18 x 6 slice is short.
+    Exact: the sum of e * r_j << (j * split) is e * r.
     """
 
     def __init__(self, tin: FixedType, n: int, tout: FixedType, exp_table: np.ndarray,
                  exp_t: FixedType, exp_lo: int, exp_shift: int, recip_table: np.ndarray,
-                 recip_t: FixedType, recip_lo: int, recip_shift: int, deep: bool = False):
+                 recip_t: FixedType, recip_lo: int, recip_shift: int, deep: bool = False,
+                 split: int = 0):
         super().__init__([(tin, n)], (tout, n))
         self.n = n
         self.exp = (np.asarray(exp_table, dtype=np.int64), exp_t, int(exp_lo), int(exp_shift))
@@ -100,9 +111,15 @@ class Softmax(Unit):
                     int(recip_shift))
         self.deep = bool(deep)
         self.levels = (n - 1).bit_length()  # pairwise tree levels over n elements
+        split = int(split) if self.deep else 0
+        rw = recip_t.width
+        # unsigned reciprocals only (every slice is then unsigned): ufixed, as compiled
+        self.split = split if 0 < split < rw and not recip_t.signed else 0
+        self.slices = -(-rw // self.split) if self.split else 1
+        self.split_levels = (self.slices - 1).bit_length()  # the partial products' sum tree
         # deep: max levels, x - max, index, e, e registered, sum levels, r, r registered,
-        # products, output
-        self.latency = 2 * self.levels + 8 if self.deep else 4
+        # products (partial products, their sum levels), output
+        self.latency = 2 * self.levels + 8 + self.split_levels if self.deep else 4
         self.multipliers = n
 
     def _reduce(self, m: Module, vals: list[Value], keep: list[Value], op, name: str
@@ -138,11 +155,37 @@ class Softmax(Unit):
         e3 = self.regs(m, e, "e")
         if self.deep:
             *e3, r = self.regs(m, [*e3, r], "ro")
-        prods = [v * r for v in e3]
-        if self.deep:
-            prods = self.regs(m, prods, "pr")
+        if self.split:
+            prods = self._split_products(m, e3, r)
+        else:
+            prods = [v * r for v in e3]
+            if self.deep:
+                prods = self.regs(m, prods, "pr")
         self.out_regs(m, [requantize(v, et.frac + rt.frac, self.out_spec[0]) for v in prods])
         return m
+
+
+    def _split_products(self, m: Module, e: list[Value], r: Value) -> list[Value]:
+        """e_i * r as registered partial products over `split`-bit slices of r, summed
+        shifted in a pairwise tree registered after every level (split_levels)."""
+        k = self.split
+        parts = [[(v * r[j * k:(j + 1) * k], j * k) for j in range(self.slices)] for v in e]
+        flat = self.regs(m, [p for row in parts for p, _ in row], "pp")
+        rows = [[(flat[i * self.slices + j], sh) for j, (_, sh) in enumerate(row)]
+                for i, row in enumerate(parts)]
+        for lvl in range(self.split_levels):
+            nxt = []
+            for row in rows:
+                nxt.append([(row[j][0] + (row[j + 1][0] << (row[j + 1][1] - row[j][1])),
+                             row[j][1]) if j + 1 < len(row) else row[j]
+                            for j in range(0, len(row), 2)])
+            flat = self.regs(m, [p for row in nxt for p, _ in row], f"ps{lvl}_")
+            widths = [len(row) for row in nxt]
+            rows, at = [], 0
+            for i, row in enumerate(nxt):
+                rows.append([(flat[at + j], sh) for j, (_, sh) in enumerate(row)])
+                at += widths[i]
+        return [row[0][0] << row[0][1] for row in rows]
 
 
 def threshold_fn(thr: np.ndarray, steps: np.ndarray, base: np.ndarray, tout: FixedType

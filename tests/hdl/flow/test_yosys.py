@@ -10,7 +10,7 @@ def test_yosys_scripts_come_from_templates():
 
     from modelcircuit.hdl.flow.yosys import render
 
-    assert render("synth.ys.j2", family="ice40", top="top", soft=False) == (
+    assert render("synth.ys.j2", family="ice40", top="top", soft=False, dsp=True) == (
         "read_rtlil prep.il\nsynth_ice40 -dsp -top top -json synth.json\n"
         "tee -q -o stat.json stat -json\n")
     prep = render("prep.ys.j2", family="ecp5", design="d.v", rtlil=False, top="m")

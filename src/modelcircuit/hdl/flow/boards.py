@@ -97,7 +97,8 @@ def _nextpnr_argv(argv: list[str]) -> list[str]:
 
 
 def build_board(core: Any, info: dict[str, Any], prof: dict[str, Any], board: str, out: Path,
-                runner: Runner, what: str = "design") -> dict[str, Any]:
+                runner: Runner, what: str = "design", dsp_budget: int | None = None
+                ) -> dict[str, Any]:
     from ..uart import UartWrapper
 
     spec = board_for(board, prof)
@@ -113,7 +114,7 @@ def build_board(core: Any, info: dict[str, Any], prof: dict[str, Any], board: st
     plan = plat.prepare(BoardTop(wrapper), name="top")
     plan.extract(work)
     cmds = _script_commands(plan.files["build_top.sh"])
-    st = synthesize(work / "top.il", prof, work, runner)
+    st = synthesize(work / "top.il", prof, work, runner, dsp_budget)
     check_fit(st, prof, what)
     fam = prof["family"]
     pnr_key = "$NEXTPNR_ICE40" if fam == "ice40" else "$NEXTPNR_ECP5"

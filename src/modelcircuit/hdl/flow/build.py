@@ -30,7 +30,7 @@ from .fit import FitPlan, check_plan, fit_reuse
 from .nextpnr import clock_mhz, place_and_route
 from .reports import report, stable, write_reports
 from .tools import Progress, Runner
-from .yosys import check_fit, synthesize, write_design
+from .yosys import check_fit, dsp_budget_for, synthesize, write_design
 
 Preflight = tuple[dict[str, int], "dict[str, Any] | None", FitPlan]
 
@@ -50,6 +50,13 @@ def plan_build(compiled: Any, prof: dict[str, Any], reuse: Any = None,
         reuse = compiled.options.get("reuse", 1) if hasattr(compiled, "options") else 1
     if isinstance(reuse, str) and reuse == "auto":
         fp = fit_reuse(compiled, prof, pipeline=pipeline)
+        from .stream_fit import refusal  # streamed FIFOs that would need external memory
+
+        why = refusal(compiled, fp)
+        if why:
+            from .tools import FitError
+
+            raise FitError(why)
         return resolve_reuse(compiled, fp.reuse), fp.to_json(), fp
     plan = resolve_reuse(compiled, reuse)
     return plan, None, check_plan(compiled, prof, plan, pipeline)
@@ -128,22 +135,25 @@ def _model_summary(info: dict[str, Any], fmax: float | None) -> dict[str, Any]:
 
 
 def _place(core: Any, info: dict[str, Any], prof: dict[str, Any], out: Path, runner: Runner,
-           what: str, board: str | None, freq_mhz: float | None) -> dict[str, Any]:
+           what: str, board: str | None, freq_mhz: float | None,
+           dsp_budget: int | None = None) -> dict[str, Any]:
     """The model synthesized, placed and routed: on a board, else out of context (inside
-    the UART wrapper on a family without an out-of-context mode)."""
+    the UART wrapper on a family without an out-of-context mode). `dsp_budget`: at most
+    this many DSP blocks (yosys.dsp_budget_for: 0 for `--strategy da`)."""
     if board is not None:
         from .boards import build_board
 
-        return build_board(core, info, prof, board, out, runner, what)
+        return build_board(core, info, prof, board, out, runner, what, dsp_budget=dsp_budget)
     if not family(prof["family"]).get("out_of_context", True):
         wrapped = wrap_uart(core, info, clock_mhz(prof, freq_mhz) * 1e6)
-        rep = run_component(wrapped, prof, out, runner, what, target_mhz=freq_mhz,
-                            bitstream=True)
+        rep = run_component(wrapped, prof, out, runner, what, dsp_budget=dsp_budget,
+                            target_mhz=freq_mhz, bitstream=True)
         rep["wrapper"] = ("uart: iCE40 has no out-of-context mode and too few pins for the "
                           "stream ports; the model is placed inside the UART wrapper "
                           "(2 pins, unconstrained)")
         return rep
-    return run_component(core, prof, out, runner, what, target_mhz=freq_mhz)
+    return run_component(core, prof, out, runner, what, dsp_budget=dsp_budget,
+                         target_mhz=freq_mhz)
 
 
 def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
@@ -169,7 +179,8 @@ def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
     else:
         plan_shown = plan
     what = f"model {getattr(compiled.graph, 'name', '?')} (reuse {plan_shown})"
-    rep = _place(core, info, prof, out, runner, what, board, target_mhz)
+    rep = _place(core, info, prof, out, runner, what, board, target_mhz,
+                 dsp_budget_for(compiled))
     rep["model"] = {"name": getattr(compiled.graph, "name", None),
                     "graph_id": getattr(compiled, "graph_id", None),
                     "precision": compiled.options.get("precision"),

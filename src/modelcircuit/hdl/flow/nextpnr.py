@@ -12,11 +12,19 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .devices import family
 from .reports import parse_nextpnr
 from .tools import DoesNotFit, FlowError, Runner, ToolError, last_error, tail
 
+ROUTERS = ("router1", "router2")
 
-def nextpnr_args(prof: dict[str, Any], freq_mhz: float, ooc: bool) -> list[str]:
+
+def nextpnr_args(prof: dict[str, Any], freq_mhz: float, ooc: bool,
+                 router: str | None = None) -> list[str]:
+    """nextpnr's command line for an out-of-context (`ooc`) or wrapped run at `freq_mhz`.
+    `router`: "router1" or "router2" (router2 is nextpnr's faster router for large, sparse
+    designs; on a congested one it may spend long on the last overused wires), else the
+    family's "router" in fpga.json, else nextpnr's default (router1)."""
     if prof["family"] == "ice40":
         a = [f"--{prof['device']}", "--package", prof["package"], "--json", "synth.json",
              "--asc", "top.asc"]
@@ -25,6 +33,11 @@ def nextpnr_args(prof: dict[str, Any], freq_mhz: float, ooc: bool) -> list[str]:
     else:
         a = [f"--{prof['device']}", "--package", prof["package"], "--json", "synth.json"]
         a += ["--out-of-context"] if ooc else ["--textcfg", "top.config"]
+    router = router or family(prof["family"]).get("router")
+    if router:
+        if router not in ROUTERS:
+            raise FlowError(f"nextpnr router must be one of {', '.join(ROUTERS)}, got {router!r}")
+        a += ["--router", str(router)]
     return a + ["--freq", f"{freq_mhz:g}", "--timing-allow-fail", "--seed", "1",
                 "--report", "nextpnr-report.json"]
 
@@ -66,6 +79,7 @@ def run_nextpnr(runner: Runner, family: str, args: list[str], work: Path, prof: 
 
 
 def place_and_route(prof: dict[str, Any], work: Path, runner: Runner, ooc: bool,
-                    freq_mhz: float | None, what: str) -> dict[str, Any]:
-    args = nextpnr_args(prof, clock_mhz(prof, freq_mhz), ooc)
+                    freq_mhz: float | None, what: str, router: str | None = None
+                    ) -> dict[str, Any]:
+    args = nextpnr_args(prof, clock_mhz(prof, freq_mhz), ooc, router)
     return run_nextpnr(runner, prof["nextpnr"], args, work, prof, what)

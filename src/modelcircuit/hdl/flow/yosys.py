@@ -7,6 +7,9 @@ templates/yosys/*.ys.j2.
    DSPs: the design never asks for more DSPs than there are. Products no wider than the
    family's soft-multiplier limit (fpga.json) are logic in any case.
 2. `synth.ys` — `synth_ice40 -dsp` / `synth_ecp5`, `stat -json` (LUT/FF/carry counts).
+   A DSP budget of 0 (`dsp_budget_for`: `--strategy da` means no DSP blocks anywhere, the
+   Softmax's exp x reciprocal products included) makes every product logic and runs the
+   synthesis without DSP inference (`synth_ecp5 -nodsp`, `synth_ice40` without `-dsp`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,14 @@ def soft_products(muls: list[dict[str, Any]], family: str, budget: int
     return soft, need, want
 
 
+def dsp_budget_for(compiled: Any) -> int | None:
+    """The DSP budget a compiled model asks for: 0 with `--strategy da` (adder graphs for
+    the Dense layers and logic for every other product too: no DSP block at all), else None
+    (the device's; `auto` spends DSPs where the device has them, `mult` as before)."""
+    opts = getattr(compiled, "options", None) or {}
+    return 0 if opts.get("strategy") == "da" else None
+
+
 def synthesize(design: Path, prof: dict[str, Any], work: Path, runner: Runner,
                dsp_budget: int | None = None, top: str = "top") -> dict[str, Any]:
     """prep + synth; returns stat numbers and the multiplier split. Writes work/synth.json."""
@@ -72,7 +83,7 @@ def synthesize(design: Path, prof: dict[str, Any], work: Path, runner: Runner,
     if soft_sel:
         (work / "soft.sel").write_text("\n".join(soft_sel) + "\n")
     (work / "synth.ys").write_text(render("synth.ys.j2", family=fam, top=top,
-                                          soft=bool(soft_sel)))
+                                          soft=bool(soft_sel), dsp=budget > 0))
     runner.run("yosys-synth", "yosys", ["-s", "synth.ys"], work)
     st = parse_stat(work / "stat.json")
     st["multipliers"] = {"total": len(muls), "dsp_eligible": sum(1 for n, _ in need if n),
