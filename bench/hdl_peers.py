@@ -39,11 +39,10 @@ def synth_row(model: str, strategy: str, device: str, pnr: bool = False,
     """Export (timed) and synthesize one model with one strategy; optionally place and
     route. Returns the row."""
     from modelcircuit.api import compile as mc_compile
-    from modelcircuit.cli import load_model
+    from modelcircuit.data import load_model
     from modelcircuit.hdl.export import convert
     from modelcircuit.hdl.flow.devices import fpga_profile
-    from modelcircuit.hdl.flow.tools import Runner
-    from modelcircuit.hdl.flow.yosys import dsp_budget_for, synthesize
+    from modelcircuit.hdl.flow.yosys import dsp_budget_for
 
     path, prec = MODELS[model]
     c = mc_compile(load_model(str(path)), precision=prec, strategy=strategy)
@@ -59,14 +58,24 @@ def synth_row(model: str, strategy: str, device: str, pnr: bool = False,
         # the Verilog: with the export's text cores (hdl/netlist_text.py) the RTLIL holds the
         # rest of the design only
         (work / "top.v").write_text(v)
-        t0 = time.perf_counter()
-        st = synthesize(work / "top.v", prof, work, Runner(work / "logs"), dsp_budget_for(c))
-        row.update({"lut4": st["lut"], "ccu2c": st["carry"], "ff": st["ff"], "dsp": st["dsp"],
-                    "synth_s": round(time.perf_counter() - t0, 1)})
-        if pnr:
-            _fits_then_pnr(row, st, work, prof)
-    row["lut4_plus_ccu2c"] = row["lut4"] + row["ccu2c"]
+        _synth_row(row, work / "top.v", prof, work, pnr, dsp_budget=dsp_budget_for(c))
     return row
+
+
+def _synth_row(row: dict[str, Any], design: Path, prof: dict[str, Any], work: Path, pnr: bool,
+               **kw: Any) -> None:
+    """Synthesis numbers (and, with pnr, post-route Fmax) of one design into `row`: the same
+    yosys for our strategies and for da4ml."""
+    from modelcircuit.hdl.flow.tools import Runner
+    from modelcircuit.hdl.flow.yosys import synthesize
+
+    t0 = time.perf_counter()
+    st = synthesize(design, prof, work, Runner(work / "logs"), **kw)
+    row.update({"lut4": st["lut"], "ccu2c": st["carry"], "ff": st["ff"], "dsp": st["dsp"],
+                "synth_s": round(time.perf_counter() - t0, 1)})
+    if pnr:
+        _fits_then_pnr(row, st, work, prof)
+    row["lut4_plus_ccu2c"] = row["lut4"] + row["ccu2c"]
 
 
 def _fits_then_pnr(row: dict[str, Any], st: dict[str, Any], work: Path,
@@ -134,10 +143,8 @@ def da4ml_row(model: str, device: str, pnr: bool = False, cutoff: float = 5.0
     import numpy as np
 
     from modelcircuit.api import compile as mc_compile
-    from modelcircuit.cli import load_model
+    from modelcircuit.data import load_model
     from modelcircuit.hdl.flow.devices import fpga_profile
-    from modelcircuit.hdl.flow.tools import Runner
-    from modelcircuit.hdl.flow.yosys import synthesize
 
     py = os.environ.get("DA4ML_PYTHON")
     row: dict[str, Any] = {"model": model, "tool": "da4ml"}
@@ -165,13 +172,7 @@ def da4ml_row(model: str, device: str, pnr: bool = False, cutoff: float = 5.0
         row.update(export_s=round(time.perf_counter() - t0, 2), latency=info["latency"],
                    pipeline=f"latency_cutoff {info['cutoff']:g}", note="Dense layers only "
                    "(da4ml has no Softmax)")
-        t0 = time.perf_counter()
-        st = synthesize(work / "da4ml_top.v", prof, work, Runner(work / "logs"), top=info["top"])
-        row.update({"lut4": st["lut"], "ccu2c": st["carry"], "ff": st["ff"], "dsp": st["dsp"],
-                    "synth_s": round(time.perf_counter() - t0, 1)})
-        if pnr:
-            _fits_then_pnr(row, st, work, prof)
-    row["lut4_plus_ccu2c"] = row["lut4"] + row["ccu2c"]
+        _synth_row(row, work / "da4ml_top.v", prof, work, pnr, top=info["top"])
     return row
 
 
