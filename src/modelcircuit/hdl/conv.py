@@ -44,7 +44,6 @@ from .lower import LOWERING, Options, lower_node
 from .names import instance_name
 from .stream import (
     CollectUnit,
-    FlatDense,
     Geometry,
     MapUnit,
     ResizeUnit,
@@ -52,8 +51,8 @@ from .stream import (
     WindowAvg,
     WindowMax,
     WindowUnit,
-    conv_weights,
 )
+from .stream_dense import FlatDense, conv_weights
 from .stream_top import INPUT, StreamDesign
 from .units import Elementwise
 

@@ -62,7 +62,7 @@ def dense_weights(g: Any) -> dict[str, np.ndarray]:
         if n.op in LINEAR and n.inputs[1] in g.constants:
             w = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
             if n.op == Op.CONV:
-                from .stream import conv_weights
+                from .stream_dense import conv_weights
 
                 w = conv_weights(w.reshape((1,) + w.shape) if w.ndim == 3 else w,
                                  int(n.get("group", 1) or 1))

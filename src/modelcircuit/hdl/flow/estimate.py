@@ -127,7 +127,7 @@ def dense_layers(compiled: Any) -> list[dict[str, Any]]:
 
 def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
     """(pixels, channels) when a streamed model's Dense takes a Flatten of a frame pixel by
-    pixel (hdl/stream.py FlatDense), else None."""
+    pixel (hdl/stream_dense.py FlatDense), else None."""
     from ..conv import is_streamed
 
     if n.op != Op.DENSE or not is_streamed(g):
@@ -140,7 +140,7 @@ def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
 
 
 def flat_cost(layer: dict[str, Any], r: int) -> LayerCost:
-    """hdl/stream.py FlatDense at reuse r: d = r // pixels cycles per pixel, C * ceil(N/d)
+    """hdl/stream_dense.py FlatDense at reuse r: d = r // pixels cycles per pixel, C * ceil(N/d)
     multipliers, coefficients in block RAM (pixels*d words), N accumulators; no frame-wide
     input register."""
     pixels, c = layer["flat"]
