@@ -100,8 +100,9 @@ def test_compile_target_fpga_writes_reports(tmp_path):
 
 
 def test_folded_coefficients_in_block_ram(tmp_path):
-    """R > 1: the coefficient ROM (depth >= 16) is inferred as ECP5 block RAM (DP16KD /
-    PDPW16KD in yosys's own cell count), and the latency is still the simulated one."""
+    """R > 1: the coefficient ROM (depth >= 16; "fmax": >= 128, shallower ones in LUTs) is
+    inferred as ECP5 block RAM (DP16KD / PDPW16KD in yosys's own cell count), and the
+    latency is still the simulated one."""
     from modelcircuit.hdl import build_top
     from modelcircuit.hdl.simulate import simulate
 
@@ -109,15 +110,16 @@ def test_folded_coefficients_in_block_ram(tmp_path):
     from .test_components import dense_case
 
     c, x = dense_case("fixed<8,3>", "fixed<8,2>", "fixed<10,4>", "fixed<8,3>", 8, 6, True, 4)
-    top, info = build_top(c, 32, pipeline="fmax")  # 8 inputs x 4 output groups: 32 steps
+    top, info = build_top(c, 32, pipeline="latency")  # 8 inputs x 4 output groups: 32 steps
     assert info["layers"][0]["fold"]["rom"]["style"] == "block"
+    assert build_top(c, 32, pipeline="fmax")[1]["layers"][0]["fold"]["rom"]["style"] == "logic"
     res = simulate(top, info, x[:2])
     assert res.delivered[0] - res.accepted[0] == info["latency"]
-    check(c, x[:6], reuse=32, backpressure=0.3)
+    check(c, x[:6], reuse=32, backpressure=0.3, pipeline="latency")
     prof = fpga_profile("ecp5-25k")
     work = tmp_path / "work"
     work.mkdir()
-    design = write_design(build_top(c, 32, pipeline="fmax")[0], work / "design.il")
+    design = write_design(build_top(c, 32, pipeline="latency")[0], work / "design.il")
     st = synthesize(design, prof, work, Runner(tmp_path / "logs"))
     assert st["bram"] >= 1, st["cells"]
 

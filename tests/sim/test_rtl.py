@@ -139,3 +139,17 @@ def test_area_schedule_of_the_up5k_plan(digits_model, digits_test, sim_cache) ->
     r = rtl.execute(c, codes, cache_dir=sim_cache, seed=11, gaps=0.3, backpressure=0.4)
     assert r["ok"], r["checks"]
     assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])
+
+
+def test_build_key_names_where_cocotb_is_installed() -> None:
+    """A Verilator model links cocotb's libraries by absolute path: a simulation cache in
+    one HOME shared by two checkouts (two venvs) must rebuild for each, not hand one the
+    other's binary (whose libraries may be gone: exit 127)."""
+    from pathlib import Path
+
+    import cocotb
+
+    from modelcircuit.sim import rtl
+
+    where = str(Path(cocotb.__file__).resolve().parent)
+    assert where in rtl._tool_versions("verilator")

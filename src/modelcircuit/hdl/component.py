@@ -1,7 +1,8 @@
 """`Unit`, the base class of every lowered op's circuit (the concrete units: dense.py for
 Dense, units.py for the others). A unit is a `wiring.Component` with ports
 
-    en    In(1)        global clock enable (the whole pipeline stalls together)
+    en    In(1)        global clock enable (the whole pipeline stalls together; 1 under
+                       credit flow control, hdl/top.py)
     start In(1)        the input vector is valid this cycle (folded units load on it)
     x0..  In(n*W)      packed input vectors, element 0 in the least significant bits
     y     Out(n*W)     packed output vector, valid `latency` enabled cycles after `start`

@@ -34,10 +34,12 @@ is Amaranth either way.
 R > 1 (fold.Fold): the input vector is loaded into a rotating register and consumed in R_in
 chunks of c elements, one chunk per step, for each of R_out output groups of m outputs:
 c * m time-shared lanes. The coefficients of every multiplier lane for a step are one word
-of a ROM (`amaranth.lib.memory.Memory`, synchronous read; block RAM for depth >= 16) indexed
-by the step counter; its output and the chunk are registered twice more, the products
+of a ROM (`amaranth.lib.memory.Memory`, synchronous read; block RAM from the schedule's
+`rom_bram_depth` on: 16, "fmax" 128, shallower in LUTs) indexed by the step counter; its output and the chunk are registered twice more, the products
 twice (ECP5: yosys does not absorb registers into MULT18X18D, whose 3.9 ns combinational
-delay plus the long routes to and from the DSP columns otherwise set the clock), then a
+delay plus the long routes to and from the DSP columns otherwise set the clock; a product
+the device builds in logic is registered products of 2-bit coefficient slices summed before
+the second register, `split_k`), then a
 pipelined tree per output lane, then an accumulator that starts from the bias; at the end
 of a group the accumulators are requantized into that group's output registers. A new
 vector is accepted every R cycles (II = R, steps R_in * R_out <= R).
@@ -65,10 +67,10 @@ from .errors import HdlError
 from .fold import fold_lanes, fold_shape, lane_kinds
 from .schedule import Schedule, plan_stages
 
-BRAM_MIN_DEPTH = 16  # coefficient ROMs at least this deep go to block RAM
 # per layer: "mult" (a product per weight: DSPs, shifts, shift-add leaves) or "da" (R = 1:
 # one shared adder graph, hdl/cmvm.py); "auto" is resolved per layer before lowering
 STRATEGIES = ("mult", "da")
+SPLIT_SLICE = 2  # bits of a coefficient slice in a split logic product ("fmax", folded)
 
 
 class _AmaranthOps:
@@ -229,7 +231,15 @@ class Dense(FoldStages, Unit):
         self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
         self.rom_width = self.cw * len(mul_lanes)
         self.rom_depth = f.steps if mul_lanes else 0
-        self.rom_block = self.rom_depth >= BRAM_MIN_DEPTH
+        self.rom_block = self.rom_depth >= self.pipe.rom_bram_depth
+        # products the device builds in logic, with a second product register to spare:
+        # split over 2-bit slices of the coefficient (dense_fold._fold_products: each
+        # x * slice is one adder, its AND in the carry chain's own LUTs; the slices are
+        # summed in the next stage)
+        soft = self.pipe.soft_width
+        self.split_k = (SPLIT_SLICE if mul_lanes and not self.pipe.lean and self.prod_reg
+                        and self.cw >= 2 * SPLIT_SLICE and max(self.cw, self.tx.width) <= soft
+                        else 0)
 
     def describe(self) -> dict[str, object]:
         d = super().describe()

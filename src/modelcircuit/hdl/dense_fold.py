@@ -56,8 +56,18 @@ class FoldStages:
         rom = Memory(shape=unsigned(self.rom_width), depth=f.steps, init=words,
                      attrs=attrs)
         m.submodules.rom = rom
-        rp = rom.read_port(domain="sync")
-        m.d.comb += [rp.addr.eq(s), rp.en.eq(self.en)]
+        if self.rom_block or self.pipe.lean:
+            rp = rom.read_port(domain="sync")
+            m.d.comb += [rp.addr.eq(s), rp.en.eq(self.en)]
+            return rp.data
+        # in LUTs with the extra fold registers: the address registered (a copy of s) and
+        # read combinationally, the same timing as a synchronous read; yosys would
+        # otherwise read the LUT ROM at s's next value, its counter logic on the path
+        ra = Signal.like(s, name="rom_a")
+        with m.If(self.en):
+            m.d.sync += ra.eq(s)
+        rp = rom.read_port(domain="comb")
+        m.d.comb += rp.addr.eq(ra)
         return rp.data
 
     def _fold_operands(self, m: Module, xa: list[Signal], data: Value | None,
@@ -83,17 +93,34 @@ class FoldStages:
         f = self.fold
         cols: list[list[Value]] = [[] for _ in range(f.m)]
         keys = sorted(self.lanes)
-        prods = []
+        ops = self._amaranth_ops(m)
+        parts: list[list[Value]] = []  # per lane: its product, or its two halves
         for (t, j) in keys:
             col, kind = self.lanes[(t, j)]
             if kind == "shift":
-                p, _ = const_mul(xs[t], col[0])
+                parts.append([const_mul(xs[t], col[0])[0] << self.p_shift])
+            elif self.split_k:  # x * c = sum of x * c[i*k:(i+1)*k] << i*k (the top slice signed)
+                c, k = coef[(t, j)], self.split_k
+                n = -(-self.cw // k)
+                parts.append([xs[t] * (c[i * k:(i + 1) * k] if i < n - 1 else
+                                       c[i * k:].as_signed()) for i in range(n)])
             else:
-                p = xs[t] * coef[(t, j)]
-            prods.append(self._wrap(self._amaranth_ops(m), p << self.p_shift))
-        pr = prods + ctrl
-        if self.prod_reg:
-            pr = self.regs(m, pr, "p")
+                parts.append([xs[t] * coef[(t, j)] << self.p_shift])
+        if not self.split_k:
+            pr = [self._wrap(ops, p[0]) for p in parts] + ctrl
+            if self.prod_reg:
+                pr = self.regs(m, pr, "p")
+        else:  # slices' products registered, summed before the second product register
+            flat = self.regs(m, [v for p in parts for v in p] + ctrl, "p")
+            it = iter(flat)
+            pr = []
+            for p in parts:
+                vs = [next(it) for _ in p]
+                v = vs[0]
+                for i, u in enumerate(vs[1:], 1):
+                    v = v + (u << (i * self.split_k))
+                pr.append(self._wrap(ops, v if len(vs) == 1 else v << self.p_shift))
+            pr += list(it)
         if not self.pipe.lean:
             pr = self.regs(m, pr, "pd")
         for (_t, j), v in zip(keys, pr[:len(keys)], strict=True):

@@ -11,8 +11,9 @@ follows.
 Presets (`SCHEDULES`; the CLI's `--pipeline` and the JSON key "pipeline" name them):
 "latency" (multiplier 1, requantization free, 4 levels, lean folds) is the shortest schedule
 (the jet tagger at R=1 in 12 cycles, R=2 in 28); "area" is the same with 6 levels per stage
-(iCE40); "fmax" (products alone in their stage, each requantization step one level, 2
-levels per stage, 7-stage folds) aims at >= 100 MHz on an ECP5. An FPGA family's default is
+(iCE40); "fmax" (products alone in their stage, rounding and overflow each a stage of their own,
+2 levels per stage, 7-stage folds, credit flow control instead of a clock enable, logic
+products split in halves) aims at >= 150 MHz on an ECP5. An FPGA family's default is
 profile data (graphs/profiles/fpga.json, "families": "schedule").
 """
 
@@ -42,6 +43,19 @@ class Schedule:
     # layers without the extra coefficient/chunk/product registers, folded units load on
     # the input handshake itself, and long valid chains become counters (hdl/top.py)
     lean: bool = False
+    # flow control by credits instead of one global clock enable (hdl/top.py): the pipeline
+    # never stalls, an input is accepted only while the output FIFO has room for everything
+    # in flight; no enable fans out to every flip-flop (on ECP5 that net set the clock)
+    credits: bool = False
+    # operands at most this wide make a product the device builds in logic (its family's
+    # "soft_multiplier_max_width"; resolve_schedule fills it in from the profile): with
+    # the extra fold registers ("fmax") such a folded product is split in two registered
+    # halves summed in the next stage (the same latency, half the logic depth)
+    soft_width: int = 0
+    # a folded layer's coefficient ROM at least this deep goes to block RAM, shallower ones
+    # to LUTs ("fmax": an ECP5 block RAM's clock-to-out, 5.8 ns, alone is most of a
+    # 150 MHz cycle; a LUT ROM costs about a LUT4 per 16 words per bit)
+    rom_bram_depth: int = 16
 
     @property
     def fold_stages(self) -> int:
@@ -50,8 +64,9 @@ class Schedule:
 
 # "latency": fewest cycles (lean folds: the extra fold registers only help an ECP5 reach
 # its DSP columns); "area": the same with deeper stages (fewer registers; iCE40 at 24 MHz);
-# "fmax": >= 100 MHz on an ECP5.
-SCHEDULES = {"latency": Schedule(4, 1, 0, 0, lean=True), "fmax": Schedule(2, None, 1, 3),
+# "fmax": >= 150 MHz on an ECP5.
+SCHEDULES = {"latency": Schedule(4, 1, 0, 0, lean=True),
+             "fmax": Schedule(2, None, 2, 3, credits=True, rom_bram_depth=128),
              "area": Schedule(6, 1, 0, 0, lean=True)}
 DEFAULT_ADDER_LEVELS = SCHEDULES["latency"].adder_levels  # 4
 FPGA_ADDER_LEVELS = SCHEDULES["fmax"].adder_levels
@@ -91,6 +106,16 @@ def default_schedule(profile: str | None) -> str:
     return "latency"
 
 
+def _soft_width(profile: str | None) -> int:
+    """The profile's FPGA family's widest logic-built product operand (0: none / no FPGA)."""
+    if not profile:
+        return 0
+    from ..graphs.profiles import all_profiles, fpga_families
+
+    fam = all_profiles().get(profile, {}).get("family")
+    return int(fpga_families().get(fam or "", {}).get("soft_multiplier_max_width", 0))
+
+
 def resolve_schedule(compiled: Any, name: str | None, adder_levels: int | None
                      ) -> tuple[str, Schedule]:
     """The register schedule preset `name` (None: default_schedule of the graph's profile)
@@ -100,6 +125,9 @@ def resolve_schedule(compiled: Any, name: str | None, adder_levels: int | None
     if name not in SCHEDULES:
         raise HdlError(f"pipeline must be one of {', '.join(sorted(SCHEDULES))}, got {name!r}")
     sched = SCHEDULES[name]
+    soft = _soft_width(compiled.profile)
+    if soft:
+        sched = dataclasses.replace(sched, soft_width=soft)
     if adder_levels is None:
         adder_levels = sched.adder_levels
     if isinstance(adder_levels, bool) or not isinstance(adder_levels, int) or adder_levels < 1:

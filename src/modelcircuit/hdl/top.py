@@ -14,6 +14,13 @@ output skid buffer (bypassed while empty, so the latency is unchanged) sets
 every register combinationally (on ECP5 that path set the clock). A stalled output fills
 the buffer, then freezes every register (no vector is lost or duplicated);
 `i.ready = en` (and, for II > 1, only every II enabled cycles).
+
+With a schedule that asks for credits ("fmax"): no clock enable at all. The pipeline always
+runs; the output goes into a FIFO of ceil(latency / II) + 1 entries (bypassed while empty, so
+the latency is unchanged), and an input is accepted only while fewer than that many vectors
+are in flight or waiting (a counter of registers: accept adds one, an output transfer takes
+one away). With o.ready always high nothing ever waits (full throughput at the II); a stalled
+output fills the FIFO, never overflows it, and holds the input off.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
-from amaranth.lib import stream, wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..graphs.pipeline import CompiledGraph
@@ -94,6 +101,9 @@ class ModelTop(wiring.Component):
         self.out_delay = 1 if time[g.outputs[0]] == 0 else 0
         self.latency = time[g.outputs[0]] + self.out_delay
         self.ii = max([u.ii for _, _, u, _ in self.units] + [1])
+        # credits: the output FIFO holds everything accepted in the last `latency` cycles
+        # (a credit comes back the cycle after its transfer) plus the vector being accepted
+        self.credits = (max(2, -(-self.latency // self.ii) + 1) if sched.credits else 0)
         self.input_info = _packing(g, g.inputs[0], "i__payload")
         self.output_info = _packing(g, g.outputs[0], "o__payload")
         super().__init__({"i": In(stream.Signature(self.input_info["width"])),
@@ -110,6 +120,7 @@ class ModelTop(wiring.Component):
             "shifts": sum(u.shifts for _, _, u, _ in self.units),
             "layers": layers, "input": self.input_info, "output": self.output_info,
             "pipeline": self.schedule, "adder_levels": self.adder_levels,
+            **({"credits": self.credits} if self.credits else {}),
             **({"fit": self.fit} if self.fit is not None else {}),
             "ports": ["clk", "rst", "i__payload", "i__valid", "i__ready", "o__payload",
                       "o__valid", "o__ready"],
@@ -147,8 +158,12 @@ class ModelTop(wiring.Component):
         # they always were (generated files stay byte-identical)
         en, accept = Signal(name="$signal"), Signal(name="$signal")
         valid = self._valid(m, en, accept)
-        pipe_out = self._output_buffer(m, en, valid[self.latency])
-        self._input_ready(m, en, accept)
+        if self.credits:
+            m.d.comb += en.eq(1)
+            pipe_out, room = self._output_fifo(m, valid[self.latency], accept)
+        else:
+            pipe_out, room = self._output_buffer(m, en, valid[self.latency]), en
+        self._input_ready(m, room, en, accept)
         self._connect_units(m, en, valid, pipe_out)
         return m
 
@@ -182,19 +197,54 @@ class ModelTop(wiring.Component):
                     m.d.sync += [head.eq(tail), count.eq(1)]
         return pipe_out
 
-    def _input_ready(self, m: Module, en: Signal, accept: Signal) -> None:
-        """i.ready = en, and for II > 1 only every II enabled cycles; accept = handshake."""
+    def _output_fifo(self, m: Module, out_valid: Value, accept: Value) -> tuple[Signal, Value]:
+        """The credit scheme's output FIFO (bypassed while empty) and its counter of vectors
+        in flight or waiting. Returns the signal the pipeline's output drives and that
+        counter's next value (what lets an input in: _input_ready)."""
+        width = self.output_info["width"]
+        q = fifo.SyncFIFO(width=width, depth=self.credits)
+        m.submodules.obuf = q
+        pipe_out = Signal(width, name="pipe_out")
+        m.d.comb += [self.o.valid.eq(q.r_rdy | out_valid),
+                     self.o.payload.eq(Mux(q.r_rdy, q.r_data, pipe_out)),
+                     q.r_en.eq(self.o.ready),
+                     q.w_data.eq(pipe_out),
+                     q.w_en.eq(out_valid & (q.r_rdy | ~self.o.ready))]
+        used = Signal(range(self.credits + 1), name="obuf_used")
+        used_next = Signal.like(used, name="obuf_used_next")
+        m.d.comb += used_next.eq(used + accept - (self.o.valid & self.o.ready))
+        m.d.sync += used.eq(used_next)
+        return pipe_out, used_next
+
+    def _input_ready(self, m: Module, room: Value, en: Value, accept: Signal) -> None:
+        """i.ready = room (the clock enable), and for II > 1 only every II enabled cycles;
+        accept = handshake. With credits (`room` is then the next count in use) i.ready is a
+        register of its own, computed a cycle ahead from the counters' next values: the
+        same signal, but the handshake is one LUT from flip-flops (an input port far from
+        the counters otherwise set the clock)."""
+        m.d.comb += accept.eq(self.i.valid & self.i.ready)
+        if self.credits:
+            cool_ok: Value = 1
+            if self.ii > 1:
+                cool = Signal(range(self.ii))
+                cool_next = Signal.like(cool, name="cool_next")
+                m.d.comb += cool_next.eq(Mux(accept, self.ii - 1, Mux(cool != 0, cool - 1, 0)))
+                m.d.sync += cool.eq(cool_next)
+                cool_ok = cool_next == 0
+            ready = Signal(init=1, name="i_ready")
+            m.d.sync += ready.eq((room < self.credits) & cool_ok)
+            m.d.comb += self.i.ready.eq(ready)
+            return
         if self.ii > 1:
             cool = Signal(range(self.ii))
-            m.d.comb += self.i.ready.eq(en & (cool == 0))
+            m.d.comb += self.i.ready.eq(room & (cool == 0))
             with m.If(en):
                 with m.If(accept):
                     m.d.sync += cool.eq(self.ii - 1)
                 with m.Elif(cool != 0):
                     m.d.sync += cool.eq(cool - 1)
         else:
-            m.d.comb += self.i.ready.eq(en)
-        m.d.comb += accept.eq(self.i.valid & self.i.ready)
+            m.d.comb += self.i.ready.eq(room)
 
     def _connect_units(self, m: Module, en: Signal, valid: dict[int, Value],
                        pipe_out: Signal) -> None:

@@ -107,7 +107,10 @@ def _runner(simulator: str) -> Any:
 def _tool_versions(simulator: str) -> str:
     import cocotb
 
-    v = [f"cocotb {cocotb.__version__}"]
+    # where cocotb is installed too: a Verilator model is linked to cocotb's libraries by
+    # absolute path (rpath), so a cache shared by two checkouts or venvs (the same HOME)
+    # must not hand one of them a binary whose libraries are gone (it exits 127)
+    v = [f"cocotb {cocotb.__version__} at {Path(cocotb.__file__).resolve().parent}"]
     if simulator == "verilator":
         import importlib.metadata as md
 

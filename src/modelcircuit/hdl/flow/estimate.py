@@ -41,7 +41,6 @@ import numpy as np
 
 from ...graphs.ops import LINEAR, ConvAttrs, DenseAttrs, Op
 from ..cmvm import csd
-from ..dense import BRAM_MIN_DEPTH
 from ..fold import fold_multipliers, fold_shape
 from ..schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
 from .devices import family
@@ -188,7 +187,7 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
     lanes = f.c * f.m
     cw = ww + 1
     width, depth = mults * cw, f.steps
-    if mults and depth >= BRAM_MIN_DEPTH:  # coefficient ROM in block RAM
+    if mults and depth >= SCHEDULES["area" if lean else "fmax"].rom_bram_depth:  # block RAM
         bram = bram_for_geom(width, depth, layer["bram_geom"])
         rom = 0
     else:
@@ -207,8 +206,8 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
     accum = f.m * acc * 2 + n_out * wo
     lut = rom + tree + accum + depth.bit_length() * 6
     levels = max(1, math.ceil(math.log2(max(2, f.c))))
-    ff = (f.r_in * f.c * wx + 3 * f.c * wx + 2 * width + 2 * lanes * acc + f.m * acc
-          + n_out * wo + (levels // 2) * lanes * acc)
+    ff = (f.r_in * f.c * wx + 3 * f.c * wx + (2 if bram else 3) * width + 2 * lanes * acc
+          + f.m * acc + n_out * wo + (levels // 2) * lanes * acc)
     return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * cw), int(ff),
                      depth + FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
 
