@@ -130,3 +130,21 @@ def test_soft_products_split_in_halves(precision, reuse):
     x = _inputs(c, 30, seed=4)
     x[0], x[1] = x.min(), x.max()
     check(c, x, reuse=reuse, gap=0.2, backpressure=0.4, seed=2, pipeline="fmax")
+
+
+def test_area_valid_delays_as_counters_end_in_a_register():
+    """The "area" schedule carries a long valid delay as down-counters (top.delay_pulse),
+    whose pulse now leaves from a flip-flop: the latency is still exactly the compiled one,
+    back to back at the II and under stalls."""
+    from amaranth.back import rtlil
+
+    c = _mlp(6, (12, 10, 3))
+    top, info = build_top(c, 30, pipeline="area")
+    text = rtlil.convert(top, name="top")
+    assert re.search(r"wire .*\\vd\d+_c0\b", text), "no valid-delay counter in this design"
+    x = _inputs(c, 10, seed=8)
+    _, res = check(c, x, reuse=30, pipeline="area")
+    assert [d - a for a, d in zip(res.accepted, res.delivered, strict=True)] == \
+        [info["latency"]] * len(x)
+    assert np.diff(res.accepted).tolist() == [info["ii"]] * (len(x) - 1)
+    check(c, x, reuse=30, gap=0.4, backpressure=0.5, seed=3, pipeline="area")

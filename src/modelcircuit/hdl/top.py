@@ -275,12 +275,17 @@ class ModelTop(wiring.Component):
 
 def delay_pulse(m: Module, en: Value, pulse: Value, d: int, slots: int, name: str) -> Value:
     """`pulse` delayed by d enabled cycles, for pulses at least ceil(d / (slots - 1))
-    enabled cycles apart: `slots` down-counters taken in turn."""
+    enabled cycles apart: `slots` down-counters taken in turn over d - 1 cycles, then a
+    register, so that the pulse leaves from a flip-flop (chained delays and the units'
+    start logic were one combinational path on an iCE40)."""
+    d -= 1
     wp = Signal(range(slots), name=f"{name}_wp")
     act = [Signal(name=f"{name}_a{i}") for i in range(slots)]
     cnt = [Signal(range(d), name=f"{name}_c{i}", reset_less=True) for i in range(slots)]
+    fire = Cat(*[a & (c == 0) for a, c in zip(act, cnt, strict=True)]).any()
     out = Signal(name=name)
-    m.d.comb += out.eq(Cat(*[a & (c == 0) for a, c in zip(act, cnt, strict=True)]).any())
+    with m.If(en):
+        m.d.sync += out.eq(fire)
     with m.If(en):
         for i in range(slots):
             with m.If(act[i]):
