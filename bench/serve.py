@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from benchio import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "models"
@@ -235,11 +236,7 @@ def main() -> int:
               f"concurrency 16): RSS {soak['rss_start_kib']/1024:.1f} -> "
               f"{soak['rss_end_kib']/1024:.1f} MiB ({soak['rss_growth_pct']:+.1f} %), "
               f"p50 {soak['p50_ms']:.3f} ms, p99 {soak['p99_ms']:.3f} ms, {soak['rps']:.0f} req/s")
-    out = {"rows": rows, "soak": soak, "cpus": os.cpu_count(),
-           "load_avg_at_end": os.getloadavg(), "python": sys.version.split()[0]}
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {a.json}")
+    write_json(a.json, {"rows": rows, "soak": soak})
     return 0
 
 

@@ -18,12 +18,12 @@ Run: .venv/bin/python bench/sweep.py [--skip-build] [--json FILE]
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchio import write_json
 
 import modelcircuit as mc
 
@@ -95,13 +95,9 @@ def main() -> int:
             bld[("serial", 1)]["total_s"] / bld[("local", 2)]["total_s"], 2)
     for k, v in ratios.items():
         print(f"{k}: {v}")
-    out = {"rows": rows, "ratios": ratios, "cpus": os.cpu_count(),
-           "load_average_at_end": [round(v, 2) for v in os.getloadavg()],
-           "note": "ratios from one side-by-side run on this machine; a loaded machine "
-                   "(load average over its CPU count) compresses them"}
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {a.json}")
+    write_json(a.json, {"rows": rows, "ratios": ratios,
+                        "note": "ratios from one side-by-side run on this machine; a loaded "
+                                "machine (load average over its CPU count) compresses them"})
     return 0
 
 

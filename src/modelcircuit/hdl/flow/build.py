@@ -29,7 +29,7 @@ from .devices import family, fpga_profile
 from .fit import FitPlan, check_plan, fit_reuse
 from .nextpnr import clock_mhz, place_and_route
 from .reports import report, stable, write_reports
-from .tools import Progress, Runner
+from .tools import FitError, Progress, Runner
 from .yosys import check_fit, dsp_budget_for, synthesize, write_design
 
 Preflight = tuple[dict[str, int], "dict[str, Any] | None", FitPlan]
@@ -54,8 +54,6 @@ def plan_build(compiled: Any, prof: dict[str, Any], reuse: Any = None,
 
         why = refusal(compiled, fp)
         if why:
-            from .tools import FitError
-
             raise FitError(why)
         return resolve_reuse(compiled, fp.reuse), fp.to_json(), fp
     plan = resolve_reuse(compiled, reuse)
