@@ -86,6 +86,23 @@ class FoldStages:
         xb = xa if lean else self.regs(m, self.regs(m, xa, "xb"), "xc")
         return xb[:f.c], xb[f.c:], coef
 
+    def _slice_products(self, x: Value, c: Value) -> list[Value]:
+        """x * (slice i of the signed coefficient c, at bit 0) for each `split_k`-bit slice:
+        a sum of x << b where bit b of the slice is set, subtracted for c's sign bit (two's
+        complement). Written as selects and one adder per slice rather than a `*`: yosys
+        builds a signed-by-unsigned product with sign corrections, two more logic levels."""
+        k, out = self.split_k, []
+        for lo in range(0, self.cw, k):
+            acc: Value | None = None
+            for b in range(lo, min(lo + k, self.cw)):
+                term = Mux(c[b], x << (b - lo), 0)
+                if acc is None:
+                    acc = -term if b == self.cw - 1 else term
+                else:
+                    acc = acc - term if b == self.cw - 1 else acc + term
+            out.append(acc)
+        return out
+
     def _fold_products(self, m: Module, xs: list[Value], coef: dict[tuple[int, int], Value],
                        ctrl: list[Value]) -> tuple[list[list[Value]], list[Value]]:
         """Stage 4: the lanes' products, registered twice (DSP out, then near the tree; lean:
@@ -99,11 +116,8 @@ class FoldStages:
             col, kind = self.lanes[(t, j)]
             if kind == "shift":
                 parts.append([const_mul(xs[t], col[0])[0] << self.p_shift])
-            elif self.split_k:  # x * c = sum of x * c[i*k:(i+1)*k] << i*k (the top slice signed)
-                c, k = coef[(t, j)], self.split_k
-                n = -(-self.cw // k)
-                parts.append([xs[t] * (c[i * k:(i + 1) * k] if i < n - 1 else
-                                       c[i * k:].as_signed()) for i in range(n)])
+            elif self.split_k:  # x * c = sum over slices i of x * c[i*k:(i+1)*k] << i*k
+                parts.append(self._slice_products(xs[t], coef[(t, j)]))
             else:
                 parts.append([xs[t] * coef[(t, j)] << self.p_shift])
         if not self.split_k:
