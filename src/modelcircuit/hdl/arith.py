@@ -54,15 +54,46 @@ def shift_round(v: Value, s: int, rounding: Rounding) -> Value:
     return fl + up
 
 
+def _at_least_pow2(v: Value, k: int) -> Value:
+    """v >= 2**k (k >= 0) as a test of v's high bits (a reduction, no carry chain)."""
+    n, sgn = len(v), v.shape().signed
+    top = n - 1 if sgn else n  # v's magnitude bits are [0, top)
+    if k >= top:
+        return Const(0, 1)
+    hi = v[k:top].any()
+    return hi & ~v[n - 1] if sgn else hi
+
+
+def _below_neg_pow2(v: Value, k: int) -> Value:
+    """v < -2**k (k >= 0): negative and not all of bits [k, n-1) set."""
+    n = len(v)
+    if not v.shape().signed or k >= n - 1:
+        return Const(0, 1)
+    return v[n - 1] & ~v[k:n - 1].all()
+
+
+def _saturates(v: Value, t: FixedType) -> tuple[Value, Value]:
+    """(v > t.qmax, v < t.qmin). The usual ranges (qmax = 2**k - 1, qmin = 0 or -2**k) as
+    bit tests: comparisons are carry chains, and after the rounding this decision is the
+    requantization's critical path on an ECP5. Narrow (QONNX) ranges compare."""
+    if t.narrow:
+        return v > t.qmax, v < t.qmin
+    if t.signed:
+        return _at_least_pow2(v, t.width - 1), _below_neg_pow2(v, t.width - 1)
+    neg = v[-1] if v.shape().signed else Const(0, 1)
+    return _at_least_pow2(v, t.width), neg
+
+
 def overflow(v: Value, t: FixedType) -> Value:
     """Bring an exact integer into t's W bits (saturate or wrap), as fixed.overflow."""
     v = Value.cast(v)
     if t.overflow == Overflow.SAT:
-        y = Mux(v > t.qmax, t.qmax, Mux(v < t.qmin, t.qmin, v))
+        above, below = _saturates(v, t)
+        y = Mux(above, t.qmax, Mux(below, t.qmin, v))
         return fit(y, t.width, t.signed)
     low = fit(v, t.width, t.signed)
-    if t.narrow:
-        return fit(Mux(low < t.qmin, t.qmin, low), t.width, t.signed)
+    if t.narrow:  # wrapping can land on the dropped code (either end): clamp that one code
+        return fit(Mux(low < t.qmin, t.qmin, Mux(low > t.qmax, t.qmax, low)), t.width, t.signed)
     return low
 
 
