@@ -16,7 +16,6 @@ waiting. Checked here, in Amaranth's simulator and in yosys's netlist:
 from __future__ import annotations
 
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -81,13 +80,12 @@ def _enabled_ff_bits(top, work) -> tuple[int, int]:
     (yosys's own cell kinds: $dffe, $sdffe, $sdffce, ... have an enable)."""
     from amaranth.back import rtlil
 
-    from modelcircuit.hdl.flow.tools import tool_env, tool_path
+    from modelcircuit.hdl.flow.tools import Runner
 
     work.mkdir()
     (work / "top.il").write_text(rtlil.convert(top, name="top"))
-    subprocess.run([tool_path("yosys"), "-q", "-p", "read_rtlil top.il; hierarchy -auto-top; "
-                    "proc; flatten; opt; tee -o stat.txt stat -width"], cwd=work,
-                   capture_output=True, text=True, env=tool_env(), check=True)
+    Runner(work / "logs").run("stat", "yosys", ["-q", "-p", "read_rtlil top.il; hierarchy "
+                              "-auto-top; proc; flatten; opt; tee -o stat.txt stat -width"], work)
     en = tot = 0
     for count, kind, width in re.findall(r"^\s+(\d+)\s+\$(\w*dff\w*)_(\d+)\s*$",
                                          (work / "stat.txt").read_text(), re.M):

@@ -111,7 +111,7 @@ class FoldStages:
         cols: list[list[Value]] = [[] for _ in range(f.m)]
         keys = sorted(self.lanes)
         ops = self._amaranth_ops(m)
-        parts: list[list[Value]] = []  # per lane: its product, or its two halves
+        parts: list[list[Value]] = []  # per lane: its product, or its slices' products
         for (t, j) in keys:
             col, kind = self.lanes[(t, j)]
             if kind == "shift":

@@ -94,26 +94,32 @@ def family_schedule(family: str | None) -> str:
     return str(fpga_families().get(family or "", {}).get("schedule", "fmax"))
 
 
+def _fpga_profile(profile: str | None) -> dict[str, Any] | None:
+    """The profile's data when it is an FPGA's, else None."""
+    if not profile:
+        return None
+    from ..graphs.profiles import all_profiles
+
+    p = all_profiles().get(profile, {})
+    return p if p.get("kind") == "fpga" else None
+
+
 def default_schedule(profile: str | None) -> str:
     """The register schedule for a profile: an FPGA's family default (family_schedule),
     else "latency" (fewest cycles: the jet tagger at R=1 in 12)."""
-    if profile:
-        from ..graphs.profiles import all_profiles
-
-        p = all_profiles().get(profile, {})
-        if p.get("kind") == "fpga":
-            return family_schedule(p.get("family"))
-    return "latency"
+    p = _fpga_profile(profile)
+    return family_schedule(p.get("family")) if p is not None else "latency"
 
 
 def _soft_width(profile: str | None) -> int:
     """The profile's FPGA family's widest logic-built product operand (0: none / no FPGA)."""
-    if not profile:
+    p = _fpga_profile(profile)
+    if p is None:
         return 0
-    from ..graphs.profiles import all_profiles, fpga_families
+    from ..graphs.profiles import fpga_families
 
-    fam = all_profiles().get(profile, {}).get("family")
-    return int(fpga_families().get(fam or "", {}).get("soft_multiplier_max_width", 0))
+    fam = fpga_families().get(p.get("family") or "", {})
+    return int(fam.get("soft_multiplier_max_width", 0))
 
 
 def resolve_schedule(compiled: Any, name: str | None, adder_levels: int | None

@@ -103,7 +103,7 @@ class ModelTop(wiring.Component):
         self.ii = max([u.ii for _, _, u, _ in self.units] + [1])
         # credits: the output FIFO holds everything accepted in the last `latency` cycles
         # (a credit comes back the cycle after its transfer) plus the vector being accepted
-        self.credits = (max(2, -(-self.latency // self.ii) + 1) if sched.credits else 0)
+        self.credits = max(2, -(-self.latency // self.ii) + 1) if sched.credits else 0
         self.input_info = _packing(g, g.inputs[0], "i__payload")
         self.output_info = _packing(g, g.outputs[0], "o__payload")
         super().__init__({"i": In(stream.Signature(self.input_info["width"])),
@@ -223,28 +223,21 @@ class ModelTop(wiring.Component):
         same signal, but the handshake is one LUT from flip-flops (an input port far from
         the counters otherwise set the clock)."""
         m.d.comb += accept.eq(self.i.valid & self.i.ready)
-        if self.credits:
-            cool_ok: Value = 1
-            if self.ii > 1:
-                cool = Signal(range(self.ii))
-                cool_next = Signal.like(cool, name="cool_next")
-                m.d.comb += cool_next.eq(Mux(accept, self.ii - 1, Mux(cool != 0, cool - 1, 0)))
-                m.d.sync += cool.eq(cool_next)
-                cool_ok = cool_next == 0
-            ready = Signal(init=1, name="i_ready")
-            m.d.sync += ready.eq((room < self.credits) & cool_ok)
-            m.d.comb += self.i.ready.eq(ready)
-            return
+        cool_ok: Value = 1  # II > 1: a down-counter from the last accept (cool == 0)
+        cool_ok_next: Value = 1
         if self.ii > 1:
             cool = Signal(range(self.ii))
-            m.d.comb += self.i.ready.eq(room & (cool == 0))
+            cool_next = Signal.like(cool, name="cool_next")
+            m.d.comb += cool_next.eq(Mux(accept, self.ii - 1, Mux(cool != 0, cool - 1, 0)))
             with m.If(en):
-                with m.If(accept):
-                    m.d.sync += cool.eq(self.ii - 1)
-                with m.Elif(cool != 0):
-                    m.d.sync += cool.eq(cool - 1)
+                m.d.sync += cool.eq(cool_next)
+            cool_ok, cool_ok_next = cool == 0, cool_next == 0
+        if self.credits:
+            ready = Signal(init=1, name="i_ready")
+            m.d.sync += ready.eq((room < self.credits) & cool_ok_next)
+            m.d.comb += self.i.ready.eq(ready)
         else:
-            m.d.comb += self.i.ready.eq(room)
+            m.d.comb += self.i.ready.eq(room & cool_ok)
 
     def _connect_units(self, m: Module, en: Signal, valid: dict[int, Value],
                        pipe_out: Signal) -> None:
@@ -286,7 +279,6 @@ def delay_pulse(m: Module, en: Value, pulse: Value, d: int, slots: int, name: st
     out = Signal(name=name)
     with m.If(en):
         m.d.sync += out.eq(fire)
-    with m.If(en):
         for i in range(slots):
             with m.If(act[i]):
                 with m.If(cnt[i] == 0):
