@@ -4,7 +4,7 @@
 
 The official node test cases are regenerated once into the cache folder with
 onnx.backend.test.case.node.collect_testcases(); every case of every op in
-onnx_import.SUPPORTED_OPS runs through modelcircuit.graphs.onnx_backend.GoldenBackend.
+onnx_import.SUPPORTED_OPS runs through modelcircuit.frontend.conformance.backend.GoldenBackend.
 The pass rate is the issue's: passed / (all cases - excused refusals), where a refusal is
 excused only if it is for a dtype or an attribute value the golden model does not support
 and the error names it.
@@ -17,7 +17,7 @@ import json
 import os
 import time
 
-from modelcircuit.graphs import onnx_conformance as oc
+from modelcircuit.frontend.conformance import suite as oc
 
 
 def main() -> None:

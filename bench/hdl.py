@@ -6,9 +6,9 @@ latency (cycles), II, real multipliers (zero weights and powers of two
 excluded), register bits (flip-flops in the RTLIL netlist and the text cores), Verilog lines, and the time to
 lower and convert (Amaranth elaboration + builtin yosys). With --sim, also checks a few
 vectors bit-exact in amaranth.sim and reports the simulated latency.
-With --strategy mult,da (Dense at R=1 as products, or as shared adder graphs: hdl/cmvm.py)
+With --strategy mult,da (Dense at R=1 as products, or as shared adder graphs: hdl/plan/cmvm.py)
 and --cores text,amaranth (the export's R=1 Dense cores written as Verilog text,
-hdl/netlist_text.py, the default; or the old path, the whole netlist through Amaranth) each
+hdl/units/netlist_text.py, the default; or the old path, the whole netlist through Amaranth) each
 row is timed --repeat times (median; the repeats interleaved, so that every configuration
 sees the same load on a shared machine); "ratio" is the time over the first strategy's with
 the same cores, "vs old" over the same strategy's with --cores amaranth, in the same run.
@@ -35,7 +35,7 @@ import numpy as np
 import modelcircuit as mc
 from modelcircuit.graphs import reference
 from modelcircuit.hdl import build_top, export_verilog
-from modelcircuit.hdl.simulate import simulate
+from modelcircuit.sim.amaranth_sim import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {

@@ -1,6 +1,6 @@
 """Fully parallel (R = 1) Dense circuits against a peer: LUT4 / CCU2C / FF / DSP after the
 project's yosys `synth_ecp5`, per model and `--strategy` (mult: a product per weight; da:
-shared adder graphs, hdl/cmvm.py, and no DSP block anywhere), plus the export time and
+shared adder graphs, hdl/plan/cmvm.py, and no DSP block anywhere), plus the export time and
 latency; da4ml (the distributed-arithmetic compiler hls4ml uses, arXiv 2507.04535) on the
 same models' Dense layers, traced by bench/da4ml_peer.py in its own environment
 (DA4ML_PYTHON=/path/to/venv/bin/python with da4ml installed; skipped with the reason
@@ -55,7 +55,7 @@ def synth_row(model: str, strategy: str, device: str, pnr: bool = False,
                            "latency": info["latency"], "ii": info["ii"]}
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
-        # the Verilog: with the export's text cores (hdl/netlist_text.py) the RTLIL holds the
+        # the Verilog: with the export's text cores (hdl/units/netlist_text.py) the RTLIL holds the
         # rest of the design only
         (work / "top.v").write_text(v)
         _synth_row(row, work / "top.v", prof, work, pnr, dsp_budget=dsp_budget_for(c))

@@ -1,6 +1,6 @@
 """Train the bundled example: a 64->32->32->10 ReLU MLP on scikit-learn's digits.
 
-Fixed seed; exported to ONNX with modelcircuit's own exporter (graphs/onnx_export.py) and
+Fixed seed; exported to ONNX with modelcircuit's own exporter (frontend/onnx/export.py) and
 saved, with its test split, as package data: src/modelcircuit/data/digits_mlp.onnx and
 digits_test.npz. Run: .venv/bin/python examples/train_digits.py
 """
@@ -15,8 +15,8 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.neural_network import MLPClassifier
 
-from modelcircuit.graphs.builder import GraphBuilder
-from modelcircuit.graphs.onnx_export import to_onnx
+from modelcircuit.frontend.builder import GraphBuilder
+from modelcircuit.frontend.onnx.export import to_onnx
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "modelcircuit" / "data"
 

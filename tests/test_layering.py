@@ -1,8 +1,10 @@
 """Layering, read from the source with `ast` (imports inside functions included):
 
-- graphs/ imports no other package of the project;
-- hdl/ and gpu_backend/ import graphs/ only (and themselves);
-- sim/ may import graphs/, hdl/, gpu_backend/ (and itself);
+- util/ imports nothing of the project;
+- graphs/ imports util/ only (and itself);
+- frontend/ imports graphs/ and util/ only;
+- hdl/ and gpu_backend/ import graphs/ and util/ only (and themselves);
+- sim/ may import graphs/, hdl/, gpu_backend/, util/ (and itself);
 - nothing under graphs|hdl|gpu_backend|sim imports cli, api or the top-level package;
 - inside hdl/, the circuit never imports the flow;
 - no import cycle anywhere (between modules; a package counts as its __init__).
@@ -19,8 +21,10 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-LAYERS = {"graphs": {"graphs"}, "hdl": {"graphs", "hdl"}, "gpu_backend": {"graphs", "gpu_backend"},
-          "sim": {"graphs", "hdl", "gpu_backend", "sim"}}
+LAYERS = {"util": {"util"}, "graphs": {"graphs", "util"},
+          "frontend": {"frontend", "graphs", "util"},
+          "hdl": {"graphs", "hdl", "util"}, "gpu_backend": {"graphs", "gpu_backend", "util"},
+          "sim": {"graphs", "hdl", "gpu_backend", "sim", "util"}}
 TOP_ONLY = {"cli", "api", ""}  # "" = the top-level package's __init__
 # hdl/: the flow (tools, reports, boards, fit to a device, the build) vs the circuit (the rest)
 HDL_FLOW = {"flow"}

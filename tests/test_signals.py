@@ -65,7 +65,7 @@ def test_sigkill_leftover_is_swept_by_next_run(tmp_path: Path) -> None:
 
 def test_live_runs_temp_folder_is_not_swept(tmp_path: Path) -> None:
     """Only dead writers' folders are stale: a concurrent live run keeps its own."""
-    from modelcircuit.graphs.atomic import sweep_stale
+    from modelcircuit.util.atomic import sweep_stale
 
     live = tmp_path / f".o.mc-tmp-{os.getpid()}-abc"
     live.mkdir()

@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from .frontend.onnx.importer import load_onnx
 from .graphs import host, reference
+from .graphs.compiled import CompiledGraph
 from .graphs.ir import Graph, GraphError
-from .graphs.onnx_import import load_onnx
-from .graphs.pipeline import CompiledGraph, compile_graph
+from .graphs.pipeline import compile_graph
 from .graphs.types import NumType
 from .sim.backends import BACKENDS as BACKEND_TABLE
 from .sim.backends import run_backend

@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .graphs.atomic import atomic_dir, written_files
-from .graphs.cost import ledger, totals
+from .graphs.analysis.cost import ledger, totals
+from .graphs.compiled import CompiledGraph
 from .graphs.identity import graph_id
 from .graphs.ir import Graph, GraphError
-from .graphs.pipeline import CompiledGraph
 from .graphs.profiles import get_profile
 from .graphs.serialize import (
     dumps,
@@ -29,7 +28,8 @@ from .graphs.serialize import (
     load_host_parts,
     npz_bytes,
 )
-from .graphs.userio import regular_file, shown
+from .util.atomic import atomic_dir, written_files
+from .util.userio import regular_file, shown
 
 TARGETS = ("golden", "gpu", "verilog", "fpga")
 FORMAT = "modelcircuit-artifact/1"

@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from .data import DEFAULT_MODEL, DIGITS_MODELS, bundled, load_model
-from .graphs.atomic import check_out_dir
-from .graphs.userio import load_array, one_line, parse_precision, shown
+from .graphs.precision_file import parse_precision
+from .util.atomic import check_out_dir
+from .util.userio import load_array, one_line, shown
 
 __all__ = ["DEFAULT_MODEL", "bundled", "load_inputs", "main", "make_parser", "parse_precision",
            "parse_reuse"]
@@ -108,8 +109,8 @@ def cmd_compile(a: argparse.Namespace) -> int:
 
 def cmd_inspect(a: argparse.Namespace) -> int:
     from .artifact import host_summary
-    from .graphs.userio import check_output_file, write_text_atomic
     from .report import inspect_rows, render_html, render_text
+    from .util.userio import check_output_file, write_text_atomic
 
     if a.html is not None:
         check_output_file(a.html, "--html")
@@ -185,8 +186,8 @@ def select_inputs(a: argparse.Namespace, shape: tuple[int, ...]
 def cmd_verify(a: argparse.Namespace) -> int:
     from .api import compile as mc_compile
     from .graphs import host, reference
-    from .graphs.userio import check_output_file, write_text_atomic
     from .sim.verify import parse_backends, report_json, verify
+    from .util.userio import check_output_file, write_text_atomic
 
     backends = parse_backends(a.backends)
     if a.json is not None:

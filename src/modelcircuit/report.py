@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .graphs.cost import ledger, totals
+from .graphs.analysis.cost import ledger, totals
 from .graphs.ir import Graph
 from .graphs.ops import attrs
 from .graphs.profiles import get_profile
-from .graphs.templating import environment
+from .util.templating import environment
 
 COLUMNS = ["node", "op", "in_shape", "out_shape", "out_type", "flops", "bytes", "multipliers",
            "reuse", "cycles", "predicted_us"]

@@ -14,9 +14,9 @@ import pytest
 
 from modelcircuit import gpu_backend as gb
 from modelcircuit.graphs import reference
+from modelcircuit.graphs.compiled import CompiledGraph
 from modelcircuit.graphs.ir import Graph, GraphError, Node, Tensor
 from modelcircuit.graphs.ops import ConvAttrs
-from modelcircuit.graphs.pipeline import CompiledGraph
 from modelcircuit.graphs.types import FLOAT32, FixedType, parse_type
 
 # name: (op, inputs, output shape, attributes); _fixed_graph and _float_graph add the types

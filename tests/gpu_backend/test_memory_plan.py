@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from modelcircuit.graphs.analysis.memory_plan import END, START, memory_plan, plan_arena
+from modelcircuit.graphs.analysis.streams import assign_streams
 from modelcircuit.graphs.ir import Graph, Node, Tensor
-from modelcircuit.graphs.passes.memory_plan import END, START, memory_plan, plan_arena
-from modelcircuit.graphs.passes.streams import assign_streams
 from modelcircuit.graphs.types import FixedType
 
 from .conftest import compiled

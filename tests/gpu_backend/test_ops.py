@@ -10,8 +10,8 @@ import pytest
 
 from modelcircuit import gpu_backend as gb
 from modelcircuit.graphs import reference
+from modelcircuit.graphs.compiled import CompiledGraph
 from modelcircuit.graphs.ir import Graph, GraphError, Node, Tensor
-from modelcircuit.graphs.pipeline import CompiledGraph
 from modelcircuit.graphs.types import FLOAT32, parse_type
 
 from .conftest import compiled

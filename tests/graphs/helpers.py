@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import modelcircuit as mc
-from modelcircuit.graphs.builder import GraphBuilder
+from modelcircuit.frontend.builder import GraphBuilder
 
 
 def mlp(seed: int = 0) -> mc.Graph:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelcircuit.graphs.builder import GraphBuilder
+from modelcircuit.frontend.builder import GraphBuilder
 from modelcircuit.graphs.ir import GraphError
 
 

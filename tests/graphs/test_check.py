@@ -9,8 +9,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from modelcircuit.frontend.builder import GraphBuilder
 from modelcircuit.graphs import pipeline
-from modelcircuit.graphs.builder import GraphBuilder
 from modelcircuit.graphs.check import verify_graph
 from modelcircuit.graphs.ir import Graph, GraphError, Node, Tensor
 
@@ -159,7 +159,7 @@ def test_a_malformed_input_graph_is_refused_before_the_first_pass(source, who) -
 
 
 def test_imported_models_are_well_formed(digits_model) -> None:
-    from modelcircuit.graphs.onnx_import import load_onnx
+    from modelcircuit.frontend.onnx.importer import load_onnx
 
     g = load_onnx(digits_model)
     assert verify_graph(g) is g

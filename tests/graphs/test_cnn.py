@@ -173,7 +173,7 @@ def test_float_golden_equals_onnxruntime(name):
 
 
 def _imp(m: onnx.ModelProto, name: str):
-    from modelcircuit.graphs.onnx_import import import_model
+    from modelcircuit.frontend.onnx.importer import import_model
 
     return import_model(m, name)
 

@@ -369,7 +369,7 @@ def test_expanded_batchnorm_folds_into_the_dense_in_fixed_point():
     gr = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], inits)
     model = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 13)])
-    c = mc.compile(mc.graphs.onnx_import.import_model(model, "expanded"), precision="fixed<16,6>")
+    c = mc.compile(mc.frontend.onnx.importer.import_model(model, "expanded"), precision="fixed<16,6>")
     assert [n.op for n in c.graph.nodes] == ["Dense"]
     x = np.random.default_rng(1).uniform(-1, 1, (100, 8)).astype(np.float32)
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]

@@ -637,7 +637,7 @@ def test_unreadable_file_is_refused(tmp_path, monkeypatch):
 
 def test_valid_external_data_loads(tmp_path):
     """External data inside the model's folder, of the right size, is read (not refused)."""
-    from modelcircuit.graphs.onnx_import import load_onnx
+    from modelcircuit.frontend.onnx.importer import load_onnx
 
     w = np.arange(12, dtype=np.float32).reshape(4, 3)
     (tmp_path / "w.bin").write_bytes(b"\0" * 8 + w.tobytes())

@@ -17,11 +17,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import modelcircuit
-from modelcircuit.graphs import onnx_backend as ob
-from modelcircuit.graphs import onnx_conformance as oc
+from modelcircuit.frontend.conformance import backend as ob
+from modelcircuit.frontend.conformance import suite as oc
+from modelcircuit.frontend.onnx.importer import Unsupported, import_model
 from modelcircuit.graphs import reference
 from modelcircuit.graphs.ir import GraphError
-from modelcircuit.graphs.onnx_import import Unsupported, import_model
 
 # ops whose own computation the importer supports on activations (not only constant folding)
 COMPUTE_OPS = ("MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Selu",

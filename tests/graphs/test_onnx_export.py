@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 
 import modelcircuit as mc
-from modelcircuit.graphs.onnx_export import to_onnx
-from modelcircuit.graphs.onnx_import import import_model
+from modelcircuit.frontend.onnx.export import to_onnx
+from modelcircuit.frontend.onnx.importer import import_model
 from tests.graphs.helpers import mlp
 
 

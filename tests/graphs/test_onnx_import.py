@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from modelcircuit.graphs.onnx_import import import_model
+from modelcircuit.frontend.onnx.importer import import_model
 
 
 def test_bipolar_weights_import():

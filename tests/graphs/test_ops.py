@@ -26,7 +26,7 @@ from modelcircuit.graphs.types import FixedType
 
 # backend -> the modules that may hold its LOWERING and REFUSED tables (first found wins)
 BACKENDS = {
-    "hdl": ("modelcircuit.hdl.lower",),
+    "hdl": ("modelcircuit.hdl.vector.lower",),
     "gpu_backend": ("modelcircuit.gpu_backend.codegen", "modelcircuit.gpu_backend.lowering"),
 }
 
@@ -147,7 +147,7 @@ def test_of_refuses_another_op() -> None:
 
 def test_compiled_graph_attributes_read_typed(tmp_path) -> None:
     """What the passes write is what the schemas say: a compiled graph reads back typed."""
-    from modelcircuit.graphs.builder import GraphBuilder
+    from modelcircuit.frontend.builder import GraphBuilder
     from modelcircuit.graphs.pipeline import compile_graph
 
     b = GraphBuilder("m")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import modelcircuit as mc
-from modelcircuit.graphs.builder import GraphBuilder
+from modelcircuit.frontend.builder import GraphBuilder
 from modelcircuit.graphs.types import FixedType
 from tests.graphs.helpers import mlp
 

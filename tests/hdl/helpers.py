@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from modelcircuit.graphs import reference
+from modelcircuit.graphs.compiled import CompiledGraph
 from modelcircuit.graphs.ir import Graph, Node, Tensor
 from modelcircuit.graphs.passes.accumulators import accumulator_types
 from modelcircuit.graphs.passes.tables import build_tables
-from modelcircuit.graphs.pipeline import CompiledGraph
 from modelcircuit.graphs.types import FixedType, parse_type
 from modelcircuit.hdl import build_top
-from modelcircuit.hdl.simulate import simulate
+from modelcircuit.sim.amaranth_sim import simulate
 
 
 def T(s: str) -> FixedType:

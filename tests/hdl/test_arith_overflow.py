@@ -12,7 +12,7 @@ from amaranth.sim import Simulator
 
 from modelcircuit.graphs import fixed as fx
 from modelcircuit.graphs.types import FixedType, Overflow
-from modelcircuit.hdl.arith import overflow
+from modelcircuit.hdl.units.arith import overflow
 
 
 def _check(ns: range | tuple[int, ...], ws: range | tuple[int, ...]) -> None:

@@ -1,4 +1,4 @@
-"""The CMVM optimiser (hdl/cmvm.py) and the Dense adder-graph strategy: exact by
+"""The CMVM optimiser (hdl/plan/cmvm.py) and the Dense adder-graph strategy: exact by
 construction, sharing pays, widths and depths are what the circuit needs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelcircuit.hdl import cmvm
+from modelcircuit.hdl.plan import cmvm
 
 
 @st.composite
@@ -114,7 +114,7 @@ def test_csd(c: int) -> None:
 @functools.cache
 def _digits():  # noqa: ANN202
     from modelcircuit.api import compile as mc_compile
-    from modelcircuit.graphs.onnx_import import load_onnx
+    from modelcircuit.frontend.onnx.importer import load_onnx
     from tests.conftest import DATA
 
     return mc_compile(load_onnx(str(DATA / "digits_mlp.onnx")), precision="fixed<8,3>",
@@ -124,7 +124,7 @@ def _digits():  # noqa: ANN202
 def test_digits_layers_as_adder_graphs_match_golden_sums() -> None:
     """Each Dense of the digits MLP as the "da" circuit builds it: the graph's outputs are
     the golden model's exact sums (x @ W + b at the sum's binary point) on every input."""
-    from modelcircuit.hdl.lower import Options, lower_dense
+    from modelcircuit.hdl.vector.lower import Options, lower_dense
 
     c = _digits()
     g = c.graph
@@ -148,7 +148,7 @@ def test_digits_layers_as_adder_graphs_match_golden_sums() -> None:
 
 def test_strategy_option_in_graph_id_only_when_not_mult() -> None:
     from modelcircuit.api import compile as mc_compile
-    from modelcircuit.graphs.builder import GraphBuilder
+    from modelcircuit.frontend.builder import GraphBuilder
 
     b = GraphBuilder("t")
     b.output(b.dense(b.input("x", 3), np.eye(3)))
@@ -166,7 +166,7 @@ def test_bad_strategy_is_one_line_error(capsys) -> None:  # noqa: ANN001
     err = capsys.readouterr().err
     assert err.startswith("error:") and "--strategy" in err and err.count("\n") == 1
     from modelcircuit.api import compile as mc_compile
-    from modelcircuit.graphs.builder import GraphBuilder
+    from modelcircuit.frontend.builder import GraphBuilder
     from modelcircuit.graphs.ir import GraphError
 
     b = GraphBuilder("t")
@@ -197,7 +197,7 @@ def test_small_mlp_da_rtl_bit_exact(tmp_path) -> None:  # noqa: ANN001
     """A two-layer MLP with zero, one and negative weights, as adder graphs, simulated:
     bit-exact against the golden model, latency as planned."""
     from modelcircuit.api import compile as mc_compile
-    from modelcircuit.graphs.builder import GraphBuilder
+    from modelcircuit.frontend.builder import GraphBuilder
     from modelcircuit.sim import rtl
 
     rng = np.random.default_rng(4)
@@ -219,7 +219,7 @@ def test_small_mlp_da_rtl_bit_exact(tmp_path) -> None:  # noqa: ANN001
 def test_da_export_is_byte_deterministic() -> None:
     """Same model and options -> the same Verilog, byte for byte, and no multiplier in it."""
     from modelcircuit.api import compile as mc_compile
-    from modelcircuit.graphs.builder import GraphBuilder
+    from modelcircuit.frontend.builder import GraphBuilder
     from modelcircuit.hdl.export import convert
 
     rng = np.random.default_rng(9)
@@ -270,10 +270,10 @@ def test_cost_model_against_yosys(family: str, device: str, tmp_path) -> None:  
     from amaranth.back import rtlil
 
     from modelcircuit.graphs.types import parse_type
-    from modelcircuit.hdl.dense import Dense
     from modelcircuit.hdl.flow.devices import fpga_profile
     from modelcircuit.hdl.flow.tools import Runner
     from modelcircuit.hdl.flow.yosys import synthesize
+    from modelcircuit.hdl.units.dense import Dense
 
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     w = np.random.default_rng(11).integers(-31, 32, size=(8, 6))

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from modelcircuit.api import compile as mc_compile
-from modelcircuit.graphs.builder import GraphBuilder
-from modelcircuit.hdl.simulate import simulate
-from modelcircuit.hdl.top import build_top
+from modelcircuit.frontend.builder import GraphBuilder
+from modelcircuit.hdl.vector.top import build_top
+from modelcircuit.sim.amaranth_sim import simulate
 
 from .helpers import check, golden
 

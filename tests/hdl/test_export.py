@@ -133,7 +133,7 @@ def test_mul_of_two_activations_is_refused_clearly():
     import numpy as np
 
     import modelcircuit as mc
-    from modelcircuit.graphs.builder import GraphBuilder
+    from modelcircuit.frontend.builder import GraphBuilder
     from modelcircuit.hdl import HdlError, build_top
 
     b = GraphBuilder("mm")

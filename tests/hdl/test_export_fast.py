@@ -1,4 +1,4 @@
-"""The fast export path (hdl/netlist_text.py): R = 1 Dense cores written as Verilog text.
+"""The fast export path (hdl/units/netlist_text.py): R = 1 Dense cores written as Verilog text.
 
 The text cores must be the Amaranth cores' circuit: the same value shapes (checked op by op
 against Amaranth), the same flip-flops and latency (checked against the pure Amaranth
@@ -14,10 +14,11 @@ import pytest
 from amaranth.hdl import Module, Value
 
 from modelcircuit.graphs.ir import Node
-from modelcircuit.hdl import HdlError, netlist_text
-from modelcircuit.hdl.dense import _AmaranthOps
+from modelcircuit.hdl import HdlError
 from modelcircuit.hdl.export import convert, export_verilog, register_bits
-from modelcircuit.hdl.reuse import ReusePlan
+from modelcircuit.hdl.plan.reuse import ReusePlan
+from modelcircuit.hdl.units import netlist_text
+from modelcircuit.hdl.units.dense import _AmaranthOps
 
 from .helpers import T, compiled_from, extremes, golden
 
@@ -83,7 +84,7 @@ def chain_case(seed: int, n_layers: int = 3):
 def test_text_ops_shapes_match_amaranth() -> None:
     """Random expressions of the core's operations: the same width and signedness in text
     as in Amaranth, and wraps/nodes/registers of the same widths."""
-    from modelcircuit.hdl.dense import Dense
+    from modelcircuit.hdl.units.dense import Dense
 
     rng = np.random.default_rng(3)
     unit = Dense(T("fixed<8,3>"), np.ones((1, 1)), T("fixed<8,3>"), None, None,

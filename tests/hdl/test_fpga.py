@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from modelcircuit.api import compile
-from modelcircuit.graphs.builder import GraphBuilder
+from modelcircuit.frontend.builder import GraphBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "src" / "modelcircuit" / "data" / "digits_mlp.onnx"
@@ -43,7 +43,7 @@ def tiny_compiled(precision: str = "fixed<6,3>", profile: str | None = None):
 def tiny_onnx(path: Path, graph=None) -> Path:
     import onnx
 
-    from modelcircuit.graphs.onnx_export import to_onnx
+    from modelcircuit.frontend.onnx.export import to_onnx
 
     onnx.save(to_onnx(graph or tiny_graph()), str(path))
     return path

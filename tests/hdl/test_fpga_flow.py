@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from modelcircuit.api import compile
-from modelcircuit.graphs.onnx_import import load_onnx
+from modelcircuit.frontend.onnx.importer import load_onnx
 from modelcircuit.hdl.flow import build, fpga_profile
 from modelcircuit.hdl.flow.tools import Runner
 from modelcircuit.hdl.flow.yosys import synthesize, write_design
@@ -106,7 +106,7 @@ def test_folded_coefficients_in_block_ram(tmp_path):
     inferred as ECP5 block RAM (DP16KD / PDPW16KD in yosys's own cell count), and the
     latency is still the simulated one."""
     from modelcircuit.hdl import build_top
-    from modelcircuit.hdl.simulate import simulate
+    from modelcircuit.sim.amaranth_sim import simulate
 
     from .helpers import check
     from .test_components import dense_case

@@ -44,7 +44,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 Argv = Callable[[Path, dict[str, str]], list[str]]
 # id, argv (tmp folder, models), substrings the error line must hold, environment
 CASES: list[tuple[str, Argv, list[str], dict[str, str]]] = [
-    # -- export: circuit size limits (hdl/size.py), before elaboration ------------------
+    # -- export: circuit size limits (hdl/plan/size.py), before elaboration ------------------
     ("verilog-dense-384x384-r1",
      lambda d, m: ["compile", m["w384"], "--target", "verilog", "--reuse", "1", "--out", f"{d}/o"],
      ["layer fc1 (Dense 384x384, reuse 1) would instantiate", "products", "limit of 131,072",
@@ -158,7 +158,7 @@ def test_the_corpus() -> None:
 # -- what must still pass -------------------------------------------------------------------
 def _compiled(name: str | None, precision: str | None = None):
     from modelcircuit.api import compile
-    from modelcircuit.graphs.onnx_import import load_onnx
+    from modelcircuit.frontend.onnx.importer import load_onnx
 
     if name is None:
         path = ROOT / "src" / "modelcircuit" / "data" / "digits_mlp.onnx"
@@ -176,9 +176,9 @@ def test_real_models_fully_parallel_are_within_the_limits(name, precision, produ
     """The bundled digits MLP, the jet taggers and FINN's TFC (the largest the test suite
     exports, in tests/sim) at R=1: resolved without a refusal, nothing elaborated."""
     from modelcircuit.graphs.limits import MAX_HDL_PRODUCTS
-    from modelcircuit.hdl.fold import layer_size
-    from modelcircuit.hdl.reuse import resolve_reuse
-    from modelcircuit.hdl.size import dense_weights
+    from modelcircuit.hdl.plan.fold import layer_size
+    from modelcircuit.hdl.plan.reuse import resolve_reuse
+    from modelcircuit.hdl.plan.size import dense_weights
 
     c = _compiled(name, precision)
     plan = resolve_reuse(c, 1)
@@ -193,7 +193,7 @@ def test_limits_are_read_when_used(monkeypatch: pytest.MonkeyPatch) -> None:
     environment variable wins over them."""
     from modelcircuit.graphs import limits
     from modelcircuit.hdl.errors import HdlError
-    from modelcircuit.hdl.reuse import resolve_reuse
+    from modelcircuit.hdl.plan.reuse import resolve_reuse
 
     c = _compiled(None)
     monkeypatch.setattr(limits, "MAX_HDL_PRODUCTS", 1000)
@@ -205,9 +205,9 @@ def test_limits_are_read_when_used(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_suggested_reuse_is_accepted(models: dict[str, str]) -> None:
     from modelcircuit.api import compile
-    from modelcircuit.graphs.onnx_import import load_onnx
+    from modelcircuit.frontend.onnx.importer import load_onnx
     from modelcircuit.hdl.errors import HdlError
-    from modelcircuit.hdl.reuse import resolve_reuse
+    from modelcircuit.hdl.plan.reuse import resolve_reuse
 
     c = compile(load_onnx(models["w384"]))
     with pytest.raises(HdlError, match="--reuse 2 "):
@@ -216,11 +216,11 @@ def test_suggested_reuse_is_accepted(models: dict[str, str]) -> None:
 
 
 def test_layer_size_is_what_the_circuit_builds() -> None:
-    """fold.layer_size counts the products and ROM bits hdl/dense.py instantiates (read
+    """fold.layer_size counts the products and ROM bits hdl/units/dense.py instantiates (read
     from the units' own figures; build_top constructs, it does not elaborate)."""
     from modelcircuit.hdl import build_top
-    from modelcircuit.hdl.fold import layer_size
-    from modelcircuit.hdl.size import dense_weights
+    from modelcircuit.hdl.plan.fold import layer_size
+    from modelcircuit.hdl.plan.size import dense_weights
 
     c = _compiled(None, "fixed<6,3>")
     ws = dense_weights(c.graph)
@@ -269,7 +269,7 @@ def test_candidates_keep_every_fold_shape() -> None:
     """A large layer tries fewer reuse factors, but every fold shape (c, m) still at its
     least reuse factor."""
     from modelcircuit.hdl.flow.fit import FULL_SEARCH_WEIGHTS, candidates
-    from modelcircuit.hdl.fold import fold_shape
+    from modelcircuit.hdl.plan.fold import fold_shape
 
     for n_in, n_out in [(300, 300), (1000, 70), (70, 1000)]:
         assert n_in * n_out > FULL_SEARCH_WEIGHTS
@@ -283,8 +283,8 @@ def test_candidates_keep_every_fold_shape() -> None:
 
 
 def test_csd_digit_count_is_cmvm_csd() -> None:
-    from modelcircuit.hdl.cmvm import csd
     from modelcircuit.hdl.flow.estimate import csd_digits
+    from modelcircuit.hdl.plan.cmvm import csd
 
     rng = np.random.default_rng(1)
     v = np.concatenate([np.arange(-3000, 3000), rng.integers(-2**40, 2**40, 3000)])

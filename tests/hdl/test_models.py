@@ -10,7 +10,7 @@ import pytest
 
 import modelcircuit as mc
 from modelcircuit.hdl import build_top
-from modelcircuit.hdl.simulate import simulate
+from modelcircuit.sim.amaranth_sim import simulate
 from tests.conftest import shared_model
 
 from .helpers import check, extremes

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from modelcircuit.hdl import build_top
-from modelcircuit.hdl.fold import fold_multipliers, fold_shape
-from modelcircuit.hdl.schedule import SCHEDULES, plan_stages
-from modelcircuit.hdl.simulate import simulate
+from modelcircuit.hdl.plan.fold import fold_multipliers, fold_shape
+from modelcircuit.hdl.plan.schedule import SCHEDULES, plan_stages
+from modelcircuit.sim.amaranth_sim import simulate
 
 from .helpers import check
 from .test_components import dense_case

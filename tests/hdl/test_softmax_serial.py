@@ -1,4 +1,4 @@
-"""The serial Softmax (hdl/softmax_serial.py): bit-exact against the golden model in
+"""The serial Softmax (hdl/units/softmax.py): bit-exact against the golden model in
 Amaranth's simulator (the unit alone with back-to-back starts and stalls, and inside the
 whole-vector top), the rule that picks it, its cost, and real RTL runs (`verify`)."""
 
@@ -14,7 +14,7 @@ from amaranth.sim import Simulator
 
 from modelcircuit.graphs.ir import Node
 from modelcircuit.graphs.ops import SoftmaxAttrs
-from modelcircuit.hdl.softmax_serial import (
+from modelcircuit.hdl.units.softmax import (
     SoftmaxSerial,
     serial_ii,
     serial_latency,

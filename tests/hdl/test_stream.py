@@ -1,4 +1,4 @@
-"""Streaming CNN circuits (hdl/stream.py, hdl/conv.py): bit-exact against the golden model
+"""Streaming CNN circuits (hdl/streamed/units.py, hdl/streamed/lower.py): bit-exact against the golden model
 (graphs/reference.py) under Verilator with random input gaps and output backpressure;
 simulated per-frame latency and II equal to the compile-time event model; FIFO sizing on a
 skip connection; refusals.
@@ -208,8 +208,8 @@ def test_collect_in_amaranth_sim(bram_fifos, monkeypatch) -> None:
     """CollectUnit and a whole-vector tail, in Amaranth's simulator (no build): bit-exact
     with gaps and backpressure, latency per frame as compiled when nothing stalls; with
     every FIFO a block-RAM one (SyncFIFOBuffered, 2 cycles: the model follows)."""
-    from modelcircuit.hdl import stream_top
-    from modelcircuit.hdl.simulate import simulate
+    from modelcircuit.hdl.streamed import top as stream_top
+    from modelcircuit.sim.amaranth_sim import simulate
 
     if bram_fifos:
         monkeypatch.setattr(stream_top, "BUFFERED_MIN_DEPTH", 2)

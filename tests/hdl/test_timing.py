@@ -23,7 +23,7 @@ from modelcircuit.hdl.flow import fpga_profile
 from modelcircuit.hdl.flow.nextpnr import nextpnr_args
 from modelcircuit.hdl.flow.tools import FlowError, Runner
 from modelcircuit.hdl.flow.yosys import dsp_budget_for, synthesize, write_design
-from modelcircuit.hdl.top import build_top
+from modelcircuit.hdl.vector.top import build_top
 
 from .helpers import check, compiled_from, extremes
 

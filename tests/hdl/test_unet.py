@@ -265,7 +265,7 @@ def free_fold_plan(c) -> dict[str, int]:
     the zeros). II 1 per pixel; the Verilog is about half that of reuse 1 everywhere."""
     from modelcircuit.hdl.flow.fit import candidates
     from modelcircuit.hdl.flow.stream_fit import _busy_fn, base_cycles, plan_at
-    from modelcircuit.hdl.size import dense_weights
+    from modelcircuit.hdl.plan.size import dense_weights
 
     g = c.graph
     nodes = {n.name: n for n in g.nodes}

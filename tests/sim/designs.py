@@ -1,4 +1,4 @@
-"""Small stand-in stream designs with the model's port convention (hdl/top.py), written
+"""Small stand-in stream designs with the model's port convention (hdl/vector/top.py), written
 directly in Amaranth, to test the bench itself: a good one and deliberately broken ones."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from amaranth.lib.wiring import In, Out
 
 class RegisteredRelu(wiring.Component):
     """Per-element ReLU of n signed W-bit codes, `latency` registers deep, one clock enable
-    `en = ~o.valid | o.ready` (as hdl/top.py). `bug` breaks it on purpose:
+    `en = ~o.valid | o.ready` (as hdl/vector/top.py). `bug` breaks it on purpose:
     'ignore_ready' drops outputs under backpressure, 'stuck' never answers."""
 
     def __init__(self, n: int, w: int, latency: int = 2, bug: str | None = None):

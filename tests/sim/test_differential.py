@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from modelcircuit.api import compile as mc_compile
-from modelcircuit.graphs.builder import GraphBuilder
+from modelcircuit.frontend.builder import GraphBuilder
 from modelcircuit.sim import rtl
 from modelcircuit.sim.codes import Port
 
@@ -55,7 +55,7 @@ def mlps(draw):  # noqa: ANN001, ANN201
                 *(widths[k] * widths[k + 1] for k in range(depth)))
     # the profile picks the register schedule: latency (none), area (iCE40), fmax (ECP5)
     profile = draw(st.sampled_from([None, "ice40-up5k", "ecp5-25k"]))
-    # Dense at R=1 as products, as shared adder graphs (hdl/cmvm.py), or chosen per layer
+    # Dense at R=1 as products, as shared adder graphs (hdl/plan/cmvm.py), or chosen per layer
     strategy = draw(st.sampled_from(["mult", "da", "auto"]))
     return b.build(), precision, reuse, seed, profile, strategy
 

@@ -7,8 +7,8 @@ import pytest
 
 from modelcircuit.api import compile as mc_compile
 from modelcircuit.api import load_onnx
+from modelcircuit.frontend.builder import GraphBuilder
 from modelcircuit.graphs import reference
-from modelcircuit.graphs.builder import GraphBuilder
 from modelcircuit.sim import rtl
 from modelcircuit.sim.errors import SimError
 

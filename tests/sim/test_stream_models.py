@@ -1,5 +1,5 @@
 """`modelcircuit verify --backends golden,rtl` on the third-party Keras CNNs (streamed
-circuits, hdl/stream.py): bit-exact, latency per frame and II per pixel as compiled.
+circuits, hdl/streamed/units.py): bit-exact, latency per frame and II per pixel as compiled.
 Each is a Verilator build of a few thousand lines: `slow`."""
 
 from __future__ import annotations

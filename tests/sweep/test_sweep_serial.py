@@ -15,7 +15,7 @@ import modelcircuit as mc
 from modelcircuit.cli import main
 from modelcircuit.explore.report import pareto
 from modelcircuit.explore.spec import split_list
-from modelcircuit.graphs.userio import parse_precision
+from modelcircuit.graphs.precision_file import parse_precision
 
 BASE = ["sweep", "--reuse", "256", "--device", "ice40-up5k"]
 

@@ -21,6 +21,6 @@ def bundled(name: str) -> Path:
 def load_model(path: str | None) -> Any:
     """The ONNX model at `path`, else the bundled digits MLP (the CLI's and the sweep's
     MODEL argument)."""
-    from ..graphs.onnx_import import load_onnx
+    from ..frontend.onnx.importer import load_onnx
 
     return load_onnx(path if path is not None else bundled(DEFAULT_MODEL))

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..graphs.userio import one_line
+from ..util.userio import one_line
 from .evaluate import Data, Job, evaluate
 from .spec import SweepError
 from .store import Store

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..graphs.host import golden
-from ..graphs.userio import one_line
+from ..util.userio import one_line
 from .common import compile_model
 
 # test hooks (documented in tests/sweep): a crash in the worker running one point on its

@@ -273,7 +273,7 @@ def write_report(store: Store, result: dict[str, Any], graph: Any, auto: Any,
     import matplotlib
 
     matplotlib.use("Agg")
-    from ..graphs.templating import environment
+    from ..util.templating import environment
 
     records = result["points"]
     files = {"json": "sweep.json", "table": "sweep.txt", "html": "index.html"}

@@ -64,7 +64,7 @@ def _import_plots() -> None:
 def _load_data(model: str | None, data: Any, labels: Any, shape: tuple[int, ...]
                ) -> tuple[np.ndarray, np.ndarray | None, str]:
     from ..data import DEFAULT_MODEL, bundled
-    from ..graphs.userio import check_array, load_array, shown
+    from ..util.userio import check_array, load_array, shown
 
     size = int(np.prod(shape, dtype=np.int64))
     y = None

@@ -102,8 +102,8 @@ class Point:
 
 def parse_precisions(values: Any) -> list[tuple[str, str | None, dict[str, Any] | None]]:
     """(text, default type, per-layer map) per precision; `auto` passes through."""
+    from ..graphs.precision_file import parse_precision
     from ..graphs.types import parse_type
-    from ..graphs.userio import parse_precision
 
     out = []
     for p in split_list(values, "--precision"):

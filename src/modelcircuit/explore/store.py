@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..graphs.atomic import check_out_dir
+from ..util.atomic import check_out_dir
 from .spec import SweepError
 
 MARKER = "sweep-store.json"

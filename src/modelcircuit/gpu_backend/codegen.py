@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ..graphs import templating
+from ..graphs.analysis.memory_plan import memory_plan
+from ..graphs.analysis.streams import assign_streams
 from ..graphs.ir import Graph, Node
-from ..graphs.passes.memory_plan import memory_plan
-from ..graphs.passes.streams import assign_streams
+from ..util import templating
 from .context import LowerCtx
 from .kernel import BLOCK, Kernel, Param, Program
 from .lowering import lowering_for

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ..graphs.analysis.memory_plan import storage_bits
 from ..graphs.ir import Graph, GraphError, Node
-from ..graphs.passes.memory_plan import storage_bits
 from ..graphs.types import FixedType, NumType, Overflow, Rounding
 from .kernel import Param
 

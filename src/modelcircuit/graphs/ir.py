@@ -14,11 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..util.errors import GraphError
 from .types import NumType
-
-
-class GraphError(ValueError):
-    """The graph is malformed or cannot be compiled (user input, exit 2)."""
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import numpy as np
 
 from . import reference
+from .analysis.memory_plan import memory_plan
+from .analysis.streams import assign_streams
 from .check import verify_graph
+from .compiled import CompiledGraph
 from .host import carve
 from .identity import graph_id
 from .ir import Graph, GraphError
@@ -25,28 +27,14 @@ from .passes.canonicalize import fold_batchnorm, fold_requant, fuse_bias
 from .passes.constants import quantize_constants
 from .passes.fuse import fuse_dense_relu
 from .passes.host import host_parts
-from .passes.memory_plan import memory_plan
 from .passes.precision import assign_types, check_per_layer
 from .passes.scales import factor_scales
 from .passes.schedule import schedule
-from .passes.streams import assign_streams
 from .passes.tables import DEFAULT_TABLE_BITS, build_tables, check_table_bits
 from .passes.thresholds import float_chains_to_thresholds
 from .types import FLOAT32, FixedType, NumType, Rounding, parse_type
 
 Pass = Callable[[Graph], Graph]
-
-
-@dataclass(frozen=True)
-class CompiledGraph:
-    graph: Graph
-    options: Mapping[str, Any]
-    pass_log: tuple[tuple[str, float, int], ...]  # (pass, milliseconds, nodes after)
-    graph_id: str
-    profile: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)  # backend plans (reuse, memory…)
-    head: Graph | None = None  # float pre-processing + first quantizer, run on the host
-    tail: Graph | None = None  # float affine after the last integer tensor, on the host
 
 
 def passes(precision: NumType | None, per_layer: Mapping[str, Any] | None,
@@ -119,7 +107,7 @@ def compile_graph(graph: Graph, precision: str | NumType | None = None,
                   strategy: str = "mult") -> CompiledGraph:
     """Compile a graph ahead of time. Every failure is a GraphError (one line for the user).
     `strategy` (HDL, per Dense layer at R = 1): "mult" (products), "da" (shared adder graphs,
-    hdl/cmvm.py) or "auto" (the FPGA flow picks per layer); kept in the options, and so in
+    hdl/plan/cmvm.py) or "auto" (the FPGA flow picks per layer); kept in the options, and so in
     the graph id, only when it is not "mult" (ids of earlier compiles stay as they were)."""
     if strategy not in ("mult", "da", "auto"):
         raise GraphError(f"strategy must be one of mult, da, auto, got {strategy!r}")
@@ -140,7 +128,7 @@ def compile_graph(graph: Graph, precision: str | NumType | None = None,
     if calibrate is not None:
         if p is not None and p.is_float:
             raise GraphError("--calibrate needs a fixed-point --precision (for its width)")
-        from .userio import check_array
+        from ..util.userio import check_array
 
         ranges = calibration_ranges(graph, check_array(np.asarray(calibrate), "--calibrate"))
     g, log = _run_passes(graph, passes(p, per_layer, ranges, int(table_bits)))

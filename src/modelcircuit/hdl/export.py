@@ -2,7 +2,7 @@
 byte-identical files. Nothing is written unless every file could be produced.
 
 The R = 1 Dense cores (products or adder graph, adder tree and its registers) are written
-as Verilog and RTLIL text from their plan (hdl/netlist_text.py) and appended to yosys's
+as Verilog and RTLIL text from their plan (hdl/units/netlist_text.py) and appended to yosys's
 Verilog and Amaranth's RTLIL of the rest, which instantiates them: <top>.v and <top>.il are
 each the complete design. `cores="amaranth"` builds everything through Amaranth (the old
 path, several times slower; the FPGA flow's hdl/flow/yosys.write_design does that)."""
@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..graphs.pipeline import CompiledGraph
+from ..graphs.compiled import CompiledGraph
 from .errors import HdlError
 from .names import check_top_name
-from .netlist_text import CoreSet, text_cores
-from .reuse import Reuse
-from .top import build_top
+from .plan.reuse import Reuse
+from .units.netlist_text import CoreSet, text_cores
+from .vector.top import build_top
 
 _FF = re.compile(r"cell \$(?:a?dffe?|sdffe?|aldffe?|dffsre?) .*?\n(.*?)\n\s*end\n", re.S)
 _WIDTH = re.compile(r"parameter \\WIDTH (\d+)")
@@ -49,11 +49,11 @@ CORES = ("text", "amaranth")
 def convert(compiled: CompiledGraph, reuse: Reuse | str | None = None,
             top_name: str = "top", adder_levels: int | None = None,
             pipeline: str | None = None, cores: str = "text") -> tuple[str, str, dict[str, Any]]:
-    """(verilog text, rtlil text, info) in memory. `reuse`: a resolved plan (hdl/reuse.py;
+    """(verilog text, rtlil text, info) in memory. `reuse`: a resolved plan (hdl/plan/reuse.py;
     `--reuse auto` is resolved first by the FPGA flow, hdl/flow/fit.plan_reuse).
 
     `cores`: "text" (default) writes the R = 1 Dense cores as Verilog and RTLIL text
-    modules `<top>__core<n>` (hdl/netlist_text.py: the same circuit, several times faster to
+    modules `<top>__core<n>` (hdl/units/netlist_text.py: the same circuit, several times faster to
     export than building its Amaranth netlist), appended after yosys's Verilog (and
     Amaranth's RTLIL) of the rest of the design, which instantiates them. "amaranth": the
     whole design through Amaranth and yosys (the old path; what hdl/flow/yosys.write_design

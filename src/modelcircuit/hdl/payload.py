@@ -1,8 +1,8 @@
 """The stream payload format, defined once: fixed-point codes packed into one integer.
 
 Element k (C order) occupies bits [k*W, (k+1)*W), element 0 in the least significant bits;
-signed types are two's complement, unsigned plain binary (hdl/top.py writes the same rule
-into each port's "order"). Used by the Amaranth simulator helper (hdl/simulate.py) and the
+signed types are two's complement, unsigned plain binary (hdl/vector/top.py writes the same rule
+into each port's "order"). Used by the Amaranth simulator helper (sim/amaranth_sim.py) and the
 cocotb bench (sim/codes.py, sim/bench.py). Pure Python + numpy; element widths up to 64 bits.
 """
 

@@ -24,7 +24,7 @@ Byte protocol (8N1, default 115200 baud; the line idles high):
 Ports: `rx` In(1), `tx` Out(1). The model core is any `wiring.Component` with members `i`
 (In, amaranth.lib.stream) and `o` (Out, stream).
 
-Streamed models (a CNN, hdl/stream.py): the payload is one token, a pixel of all channels,
+Streamed models (a CNN, hdl/streamed/units.py): the payload is one token, a pixel of all channels,
 so the host sends a frame as its pixels in raster order, each as ceil(Wi / 8) bytes, and
 reads the answer tokens (one whole vector after a Flatten into a Dense, else the output
 pixels in raster order); `protocol()` says how many tokens make a frame each way
@@ -144,7 +144,7 @@ class UartWrapper(wiring.Component):
         p = {"format": "8N1", "divisor": self.divisor, "input_bytes": self.n_in,
              "output_bytes": self.n_out, "byte_order": "little-endian payload",
              "frame_timeout_cycles": self.frame_timeout, "buffered": self.buffered}
-        design = getattr(self.core, "design", None)  # a streamed core (hdl/stream.py)
+        design = getattr(self.core, "design", None)  # a streamed core (hdl/streamed/units.py)
         if design is not None:
             p.update(streamed=True, tokens_in_per_frame=design.input.per_frame,
                      tokens_out_per_frame=design.output.per_frame)

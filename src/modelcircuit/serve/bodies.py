@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..graphs.ir import GraphError
-from ..graphs.userio import check_array, read_npy_header
+from ..util.userio import check_array, read_npy_header
 from .errors import RequestError
 
 JSON_TYPES = ("application/json",)

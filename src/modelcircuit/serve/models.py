@@ -31,7 +31,7 @@ import numpy as np
 
 from ..graphs import host, reference
 from ..graphs.ir import GraphError
-from ..graphs.userio import shown
+from ..util.userio import shown
 from .engines import Engine, bucket_of, make_engine
 from .errors import BackendsFailed, ServeError
 
@@ -230,7 +230,8 @@ def parse_specs(items: list[str]) -> list[tuple[str, Path]]:
 def compiled_from_artifact(graph: Any, manifest: dict[str, Any], path: Path) -> Any:
     """A CompiledGraph rebuilt from an artifact (the compile-time plans recomputed from the
     graph: they are pure functions of it)."""
-    from ..graphs.pipeline import PLANS, CompiledGraph
+    from ..graphs.compiled import CompiledGraph
+    from ..graphs.pipeline import PLANS
     from ..graphs.serialize import load_host_parts
 
     head, tail = load_host_parts(path)

@@ -17,7 +17,7 @@ Phases: the first `timing_vectors` vectors are driven back to back with o__ready
 the rest are driven with random valid gaps and random o__ready backpressure (seeded). After
 the last output the bench keeps o__ready high for a while and fails on any extra output.
 
-Streamed models (hdl/stream.py): a frame is `in_per_frame` input tokens (pixels) and
+Streamed models (hdl/streamed/units.py): a frame is `in_per_frame` input tokens (pixels) and
 `out_per_frame` output tokens; the timing phase is the first `timing_vectors` frames; the
 latency of frame f = the cycle of its last output - the cycle of its first input, compared
 with the compile-time `latency_frames`; II = the spacing of accepted input pixels.

@@ -2,7 +2,7 @@
 (the circuit's payload format, defined once) and are re-exported here; this module adds the
 first-mismatch report.
 
-Payload convention (hdl/top.py): element k (C order) occupies bits [k*W, (k+1)*W), element 0
+Payload convention (hdl/vector/top.py): element k (C order) occupies bits [k*W, (k+1)*W), element 0
 in the least significant bits; signed types are two's complement, unsigned plain binary.
 """
 

@@ -160,7 +160,7 @@ def hdl_fingerprint() -> str:
     parts: list[str | bytes] = [amaranth.__version__]
     for p in sorted(Path(hdl.__file__).parent.rglob("*.py")):
         parts += [p.name, p.read_bytes()]
-    # the text cores' templates (hdl/netlist_text.py) are part of the generated Verilog too
+    # the text cores' templates (hdl/units/netlist_text.py) are part of the generated Verilog too
     for p in sorted((Path(hdl.__file__).parent.parent / "templates" / "hdl").glob("*.j2")):
         parts += [p.name, p.read_bytes()]
     return _sha(*parts)
@@ -203,7 +203,7 @@ def spec_from_info(info: dict[str, Any]) -> dict[str, Any]:
     spec = {"input": Port.from_info(pk["input"]).as_dict(),
             "output": Port.from_info(pk["output"]).as_dict(),
             "latency": info.get("latency"), "ii": info.get("ii")}
-    if info.get("streamed"):  # hdl/stream.py: one token (pixel) per handshake
+    if info.get("streamed"):  # hdl/streamed/units.py: one token (pixel) per handshake
         spec["frame"] = {"in": int(pk["input"]["frame"]["tokens"]),
                          "out": int(pk["output"]["frame"]["tokens"]),
                          "in_shape": list(pk["input"]["frame"]["shape"]),
@@ -351,7 +351,7 @@ def _checks(res: dict[str, Any], n: int) -> dict[str, Any]:
 def simulate_verilog(verilog: Path, spec: dict[str, Any], input_codes: np.ndarray,
                      expected_codes: np.ndarray | None, folder: Path,
                      simulator: str = "verilator", top: str = TOP, **kw: Any) -> dict[str, Any]:
-    """Build (if needed) and simulate any design with the stream ports of hdl/top.py."""
+    """Build (if needed) and simulate any design with the stream ports of hdl/vector/top.py."""
     check_simulator(simulator)
     with _locked(folder):
         built, build_s = build(Path(verilog), folder, simulator, top)

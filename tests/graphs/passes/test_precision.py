@@ -7,7 +7,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import modelcircuit as mc
-from modelcircuit.graphs.onnx_import import import_model
+from modelcircuit.frontend.onnx.importer import import_model
 from tests.graphs.helpers import mlp
 
 

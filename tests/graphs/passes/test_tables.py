@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 import modelcircuit as mc
+from modelcircuit.frontend.builder import GraphBuilder
 from modelcircuit.graphs import reference
-from modelcircuit.graphs.builder import GraphBuilder
 
 
 def test_lut_index_is_documented_slice():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from modelcircuit.api import compile
-from modelcircuit.graphs.onnx_import import load_onnx
+from modelcircuit.frontend.onnx.importer import load_onnx
 from modelcircuit.hdl.flow import FitError, fit_reuse, fpga_profile
 from tests.hdl.test_fpga import DIGITS, tiny_compiled, wide_graph
 

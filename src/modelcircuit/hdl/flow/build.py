@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...graphs.atomic import atomic_dir
 from ...graphs.ops import Op
-from ..reuse import resolve_reuse
-from ..schedule import default_schedule, resolve_schedule
-from ..top import build_top
+from ...util.atomic import atomic_dir
+from ..plan.reuse import resolve_reuse
+from ..plan.schedule import default_schedule, resolve_schedule
+from ..vector.top import build_top
 from .devices import family, fpga_profile
 from .fit import FitPlan, check_plan, fit_reuse
 from .nextpnr import clock_mhz, place_and_route
@@ -104,7 +104,7 @@ def model_component(compiled: Any, reuse: Any, pipeline: str | None = None,
     if pipeline is None:
         pipeline = default_schedule(prof["name"] if prof else getattr(compiled, "profile", None))
     if prof and isinstance(reuse, dict) and compiled.options.get("strategy") == "auto":
-        from ..reuse import ReusePlan
+        from ..plan.reuse import ReusePlan
         from .fit import choose_strategy  # `--strategy auto`: per layer, for this device
 
         reuse = ReusePlan(reuse, None, choose_strategy(compiled, prof, reuse))
@@ -125,7 +125,7 @@ def _model_summary(info: dict[str, Any], fmax: float | None) -> dict[str, Any]:
     out = {"latency_cycles": lat, "ii": ii,
            "latency_ns": round(lat * 1e3 / fmax, 2) if lat is not None and fmax else None,
            "throughput_mvps": round(fmax / ii, 3) if ii and fmax else None}
-    if info.get("streamed"):  # hdl/stream.py: ii per pixel, latency per frame
+    if info.get("streamed"):  # hdl/streamed/units.py: ii per pixel, latency per frame
         fc = info.get("frame_cycles")
         out.update(streamed=True, frame_cycles=fc, ii_unit="cycles per input pixel",
                    throughput_mvps=round(fmax / fc, 3) if fc and fmax else None)

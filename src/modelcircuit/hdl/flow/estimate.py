@@ -1,6 +1,6 @@
 """The resource estimate of the model's Dense layers on an FPGA family, before synthesis.
 
-Per Dense layer at reuse R (the structure of hdl/dense.py, `fold.Fold`): inputs folded first
+Per Dense layer at reuse R (the structure of hdl/units/dense.py, `fold.Fold`): inputs folded first
 (R_in chunks of c inputs), then outputs when R > N_in (R_out groups of m); time-shared
 multipliers counted exactly as the HDL does (`fold.fold_multipliers`, which matches the cost
 ledger's count at R = 1); coefficient ROMs (R > 1) in block RAM when at least 16 deep (else
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 
 from ...graphs.ops import LINEAR, ConvAttrs, DenseAttrs, Op
-from ..cmvm import csd
-from ..fold import fold_multipliers, fold_shape
-from ..schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
+from ..plan.cmvm import csd
+from ..plan.fold import fold_multipliers, fold_shape
+from ..plan.schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
 from .devices import family
 
 # (width, depth) configurations of one block RAM, per family (pseudo-dual-port: one write
@@ -110,7 +110,7 @@ def dense_layers(compiled: Any) -> list[dict[str, Any]]:
             continue
         w = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
         if w.ndim > 2:  # a Conv: the Dense its streaming circuit runs per window
-            from ..size import dense_weights
+            from ..plan.size import dense_weights
 
             w = dense_weights(g)[n.name]
         acc = (ConvAttrs if n.op == Op.CONV else DenseAttrs).of(n).acc
@@ -126,8 +126,8 @@ def dense_layers(compiled: Any) -> list[dict[str, Any]]:
 
 def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
     """(pixels, channels) when a streamed model's Dense takes a Flatten of a frame pixel by
-    pixel (hdl/stream_dense.py FlatDense), else None."""
-    from ..conv import is_streamed
+    pixel (hdl/streamed/dense.py FlatDense), else None."""
+    from ..streamed.lower import is_streamed
 
     if n.op != Op.DENSE or not is_streamed(g):
         return None
@@ -139,7 +139,7 @@ def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
 
 
 def flat_cost(layer: dict[str, Any], r: int) -> LayerCost:
-    """hdl/stream_dense.py FlatDense at reuse r: d = r // pixels cycles per pixel, C * ceil(N/d)
+    """hdl/streamed/dense.py FlatDense at reuse r: d = r // pixels cycles per pixel, C * ceil(N/d)
     multipliers, coefficients in block RAM (pixels*d words), N accumulators; no frame-wide
     input register."""
     pixels, c = layer["flat"]
@@ -213,10 +213,10 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
 
 
 def adder_graph(layer: dict[str, Any]) -> Any:
-    """The layer's CMVM adder graph (hdl/cmvm.py, as the "da" strategy builds it), made
+    """The layer's CMVM adder graph (hdl/plan/cmvm.py, as the "da" strategy builds it), made
     once per layer dict."""
     if "graph" not in layer:
-        from ..cmvm import optimize
+        from ..plan.cmvm import optimize
 
         wx, n_in, sx = layer["wx"], layer["w"].shape[0], layer.get("sx", True)
         w = np.ascontiguousarray(layer["w"], dtype=np.int64)
@@ -286,11 +286,11 @@ def _parallel_cost(layer: dict[str, Any]) -> LayerCost:
 
 
 def softmax_costs(compiled: Any, plan: dict[str, int], family_name: str) -> list[LayerCost]:
-    """Each Softmax as the circuit builds it for this plan (hdl/softmax_serial.py:
+    """Each Softmax as the circuit builds it for this plan (hdl/units/softmax.py:
     the serial unit where the design's II covers it, else the parallel one), as a
     LayerCost (its products as multipliers; reuse = its II), on the family's block RAM
     and DSP widths."""
-    from ..softmax_serial import softmax_cost, softmax_nodes
+    from ..units.softmax import softmax_cost, softmax_nodes
 
     fam = family(family_name)
     geom = tuple(fam["bram_rom"])

@@ -21,7 +21,7 @@ of its LUTs: the jet tagger at 79 % (66.6k COMB) placed in 18 min and had not ro
 20 more.
 
 `plan_reuse` is what every caller of the circuit uses: it resolves "auto" against the
-compiled graph's FPGA profile and hands the circuit a plan (hdl/reuse.py ReusePlan).
+compiled graph's FPGA profile and hands the circuit a plan (hdl/plan/reuse.py ReusePlan).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ import numpy as np
 from ...graphs.ops import LINEAR
 from ...graphs.profiles import all_profiles
 from ..errors import HdlError
-from ..fold import coef_width, size_bound
-from ..reuse import Reuse, ReusePlan
-from ..schedule import SCHEDULES, family_schedule
-from ..size import beyond_any_reuse, check_circuit_size, hdl_limit, other_size
-from ..top import check_io
+from ..plan.fold import coef_width, size_bound
+from ..plan.reuse import Reuse, ReusePlan
+from ..plan.schedule import SCHEDULES, family_schedule
+from ..plan.size import beyond_any_reuse, check_circuit_size, hdl_limit, other_size
+from ..vector.top import check_io
 from .devices import family, soft_max_width
 from .estimate import LayerCost, dense_layers, estimate, layer_cost, softmax_costs
 from .tools import FitError, FlowError  # noqa: F401 - FitError: this module's error
@@ -228,7 +228,7 @@ def fit_reuse(compiled: Any, prof: dict[str, Any], lut_margin: float | None = No
     if not fx.layers:
         return fx.empty()
     search = _Search(compiled, fx.layers)
-    from ..conv import is_streamed
+    from ..streamed.lower import is_streamed
 
     if is_streamed(compiled.graph):  # frame time decides a streamed plan
         from .stream_fit import fit_streamed
@@ -298,7 +298,7 @@ def check_plan(compiled: Any, prof: dict[str, Any], plan: dict[str, int],
     plan = {**{n: 1 for n in missing}, **{k: int(v) for k, v in plan.items()}}
     plan = {lay["node"]: plan[lay["node"]] for lay in fx.layers}
     fp = fx.plan(plan, least=True) if plan else fx.empty(fx.overhead)
-    from ..conv import is_streamed
+    from ..streamed.lower import is_streamed
 
     if plan and is_streamed(compiled.graph):  # + windows, line buffers, FIFOs
         from .stream_fit import check_streamed

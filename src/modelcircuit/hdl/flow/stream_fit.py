@@ -1,4 +1,4 @@
-"""`--reuse auto` and the resource estimate for streamed models (hdl/stream.py, hdl/conv.py).
+"""`--reuse auto` and the resource estimate for streamed models (hdl/streamed/units.py, hdl/streamed/lower.py).
 
 Time, not the layer count, decides a streamed plan: one input pixel per handshake, and a
 layer at a deeper level of the network sees fewer pixels per frame, so it may fold further at
@@ -10,7 +10,7 @@ T0, the busiest unit at reuse 1, and the first T whose estimate fits the device'
 (LUT x margin, FF x margin, DSP) and its block RAM (weight ROMs + line buffers) wins.
 
 The streamed memories are counted from the design itself (`stream_memories`, the exact
-depths of hdl/stream_top.py `schedule` for the plan): line buffers (kh - 1 per window unit,
+depths of hdl/streamed/top.py `schedule` for the plan): line buffers (kh - 1 per window unit,
 padded width deep), Resize row buffers, and every FIFO (depth >= BUFFERED_MIN_DEPTH: block
 RAM, else distributed RAM in LUTs), each packed into the family's block RAM configurations
 (`bram_tiles`: DP16KD 512x36 .. 16384x1 on ECP5, SB_RAM40_4K 256x16 .. 2048x2 on iCE40).
@@ -59,9 +59,9 @@ class StreamMem:
 
 def stream_memories(design: Any, timing: Any, family_name: str,
                     geom: tuple[int, int] = (36, 512)) -> list[StreamMem]:
-    """Every streamed memory of a design with its schedule (hdl/stream_top.py)."""
-    from ..stream import ResizeUnit, WindowUnit
-    from ..stream_top import BUFFERED_MIN_DEPTH, INPUT
+    """Every streamed memory of a design with its schedule (hdl/streamed/top.py)."""
+    from ..streamed.top import BUFFERED_MIN_DEPTH, INPUT
+    from ..streamed.units import ResizeUnit, WindowUnit
 
     mems: list[StreamMem] = []
     node_of = {name: str(design.meta.get(name, {}).get("node", name))
@@ -100,7 +100,7 @@ def glue_cost(design: Any, mems: list[StreamMem]) -> tuple[int, int]:
     """(LUT4, FF) of what the Dense estimate leaves out of a streamed design: window
     registers (kh*kw pixels + the stage-1 pixel), Resize hold registers, collected frames,
     and FIFOs in distributed RAM (a 16 x 4 LUT RAM = 2 LUT4, plus the read mux)."""
-    from ..stream import CollectUnit, ResizeUnit, WindowUnit
+    from ..streamed.units import CollectUnit, ResizeUnit, WindowUnit
 
     ff = lut = 0
     for _, u, _ in design.units:
@@ -126,7 +126,7 @@ def glue_cost(design: Any, mems: list[StreamMem]) -> tuple[int, int]:
 def _busy_fn(g: Any, node: Any, lay: dict[str, Any]) -> tuple[int, int]:
     """(base, per_extra_R): the layer's unit occupies base + (R - 1) * per cycles/frame."""
     from ...graphs.ops import ConvAttrs, Op
-    from ..conv import geometry
+    from ..streamed.lower import geometry
 
     if node.op == Op.CONV:
         a = ConvAttrs.of(node)
@@ -141,7 +141,7 @@ def base_cycles(g: Any) -> int:
     """T0: cycles per frame of the busiest unit at reuse 1 (every window op's padded
     positions, Resize outputs, the input pixels)."""
     from ...graphs.ops import AvgPoolAttrs, ConvAttrs, MaxPoolAttrs, Op
-    from ..conv import geometry
+    from ..streamed.lower import geometry
 
     shp = g.tensor(g.inputs[0]).shape
     t0 = int(np.prod(shp[:-1]))
@@ -186,19 +186,19 @@ def plan_at(cands: dict[str, list[int]], busy: dict[str, tuple[int, int]], t: in
 
 def design_timing(compiled: Any, plan: dict[str, int], pipeline: str | None = None
                   ) -> tuple[Any, Any]:
-    """The streamed design for a plan and its schedule (hdl/stream_top.py)."""
-    from ..stream_top import schedule
+    """The streamed design for a plan and its schedule (hdl/streamed/top.py)."""
+    from ..streamed.top import schedule
 
     d = stream_design(compiled, plan, pipeline)
     return d, schedule(d)
 
 
 def stream_design(compiled: Any, plan: dict[str, int], pipeline: str | None = None) -> Any:
-    """The streamed design (hdl/conv.py build_design) for a plan and register schedule
+    """The streamed design (hdl/streamed/lower.py build_design) for a plan and register schedule
     (None: the compiled graph's), not elaborated."""
-    from ..conv import build_design
-    from ..lower import Options
-    from ..schedule import resolve_schedule
+    from ..plan.schedule import resolve_schedule
+    from ..streamed.lower import build_design
+    from ..vector.lower import Options
 
     _, sched = resolve_schedule(compiled, pipeline, None)
     strategy = compiled.options.get("strategy", "mult")

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ...graphs import templating
+from ...util import templating
 from .devices import dsp_blocks, soft_max_width
 from .reports import parse_muls, parse_stat
 from .tools import DoesNotFit, Runner

@@ -1,0 +1,350 @@
+"""Quantizers: QONNX Quant and BipolarQuant, ONNX QuantizeLinear/DequantizeLinear.
+
+On a constant (a weight) a quantizer is applied at import time and its result is a
+constant carrying the fixed-point type. On an activation it becomes a Requant (or Bipolar)
+node. A power-of-two scale with zero point 0 is a fixed-point type; any other scale (per tensor
+or per channel) and zero point is a scaled integer, written as the float arithmetic that QONNX
+defines around integer codes: Div(scale) -> Add(zero point) -> Requant to integer codes ->
+Sub(zero point) -> Mul(scale). The codes are what circuits compute on; passes/scales.py moves
+the scales through the next Dense and passes/thresholds.py turns the float arithmetic between
+two quantizers into exact thresholds. A non-power-of-two weight scale is recorded
+(graph meta `weight_scales`) so that passes/scales.py can factor the weights back into codes.
+Parameters are checked first: constants, numeric, a positive finite scale, an integer
+bitwidth of 1 to 64, zero points within the code range, shapes that broadcast.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ...graphs.ir import GraphError
+from ...graphs.types import FixedType, Rounding
+from .io import Unsupported, q, show
+from .layout import act_shape, attrs, identity
+
+if TYPE_CHECKING:
+    from .state import ImportState
+
+# QONNX rounding modes (qonnx.custom_op.general.intquant.resolve_rounding_mode), for weights
+_QONNX_ROUNDING = {
+    "ROUND": np.round, "HALF_EVEN": np.round, "CEIL": np.ceil, "FLOOR": np.floor,
+    "UP": lambda x: np.sign(x) * np.ceil(np.abs(x)), "DOWN": np.fix, "ROUND_TO_ZERO": np.fix,
+    "HALF_UP": lambda x: np.sign(x) * np.floor(np.abs(x) + 0.5),
+    "HALF_DOWN": lambda x: np.sign(x) * np.ceil(np.abs(x) - 0.5),
+}
+# ... and the ones a fixed-point type can carry (activations)
+_ROUNDING_TYPES = {"ROUND": Rounding.RND_CONV, "HALF_EVEN": Rounding.RND_CONV,
+                   "FLOOR": Rounding.TRN}
+
+# zero-point dtypes of QuantizeLinear the importer carries as a fixed-point type
+_QDQ_DTYPES = {np.dtype(np.int8): onnx.TensorProto.INT8, np.dtype(np.uint8): onnx.TensorProto.UINT8,
+               np.dtype(np.int16): onnx.TensorProto.INT16,
+               np.dtype(np.uint16): onnx.TensorProto.UINT16}
+
+
+# -- parameters -----------------------------------------------------------------------------
+
+
+def pow2_type(im: ImportState, node: onnx.NodeProto, scale: np.ndarray, zp: np.ndarray,
+              bits: float, signed: bool, narrow: bool, rounding: str) -> FixedType | None:
+    """The fixed-point type of a quantizer with one power-of-two scale and zero point 0
+    (None for any other)."""
+    s = np.unique(np.asarray(scale, dtype=np.float64))
+    if s.size != 1 or np.any(np.asarray(zp) != 0) or not np.isfinite(s[0]) or s[0] <= 0:
+        return None
+    m, e = math.frexp(float(s[0]))
+    if m != 0.5 or bits != int(bits):
+        return None
+    frac = -(e - 1)
+    r = _ROUNDING_TYPES.get(rounding.upper())
+    if r is None:
+        raise im.unsupported(node, "rounding_mode", f"rounding_mode {rounding!r} is not "
+                             "supported (ROUND and FLOOR are)")
+    return FixedType(int(bits), int(bits) - frac, signed, r, narrow=narrow)
+
+
+def qparam(im: ImportState, node: onnx.NodeProto, name: str, what: str) -> np.ndarray:
+    """A quantizer parameter: a numeric constant, as float64."""
+    if not im.is_const(name):
+        raise im.err(node, f"{node.op_type} parameter {q(name)} ({what}) must be a "
+                     "constant")
+    v = im.const(name)
+    if v.dtype.kind not in "fiub":
+        raise im.err(node, f"{what} {q(name)} is not numeric (dtype {v.dtype})")
+    return v.astype(np.float64)
+
+
+def check_scale(im: ImportState, node: onnx.NodeProto, name: str, sc: np.ndarray) -> None:
+    if sc.size == 0 or not np.all(np.isfinite(sc)) or np.any(sc <= 0):
+        bad = sc.reshape(-1)[~(np.isfinite(sc.reshape(-1)) & (sc.reshape(-1) > 0))]
+        raise im.err(node, f"scale {q(name)} must be positive and finite"
+                     + (f", got {bad[0]}" if bad.size else " (it is empty)"))
+
+
+def check_broadcast(im: ImportState, node: onnx.NodeProto, full: tuple[int, ...],
+                    params: dict[str, np.ndarray]) -> None:
+    """Quantizer parameters broadcast against the quantized tensor without changing its
+    shape (ONNX batch-including shape)."""
+    try:
+        out = np.broadcast_shapes(full, *(v.shape for v in params.values()))
+    except ValueError:
+        out = None
+    if out != tuple(full):
+        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in params.items())
+        raise im.err(node, f"parameters ({shapes}) do not broadcast to the input's "
+                     f"shape {list(full)}")
+
+
+def rounding_mode(im: ImportState, node: onnx.NodeProto, a: dict[str, Any]) -> str:
+    raw = a.get("rounding_mode", b"ROUND")
+    try:
+        rounding = raw.decode() if isinstance(raw, bytes) else str(raw)
+    except UnicodeDecodeError:
+        raise im.unsupported(node, "rounding_mode", f"rounding_mode {show(raw)} is not "
+                             "valid UTF-8") from None
+    if rounding.upper() not in _QONNX_ROUNDING:
+        raise im.unsupported(node, "rounding_mode", f"rounding_mode {show(rounding)} is "
+                             "not supported; supported: " + ", ".join(_QONNX_ROUNDING))
+    return rounding
+
+
+def _emit_typed(im: ImportState, node: onnx.NodeProto, op: str, x: str, t: FixedType,
+                **node_attrs: Any) -> None:
+    """A quantizer on an activation: an IR node whose output carries the type `t`."""
+    im.emit(node, op, [x], node.output[0], act_shape(im, x), **node_attrs)
+    im.types[node.output[0]] = t
+
+
+# -- QONNX ----------------------------------------------------------------------------------
+
+
+def quant(im: ImportState, node: onnx.NodeProto) -> None:
+    a = attrs(node)
+    signed = im.flag(node, a, "signed", 1)
+    narrow = im.flag(node, a, "narrow", 0)
+    rounding = rounding_mode(im, node, a)
+    x, scale, zp, bw = node.input[:4]
+    sc, z = qparam(im, node, scale, "scale"), qparam(im, node, zp, "zero point")
+    bits = _bitwidth(im, node, bw, signed, narrow)
+    check_scale(im, node, scale, sc)
+    qmin = (-(2 ** (bits - 1)) + (1 if narrow else 0)) if signed else 0
+    qmax = (2 ** (bits - 1) - 1) if signed else 2 ** bits - 1 - (1 if narrow else 0)
+    if not np.all(np.isfinite(z)) or np.any(z != np.round(z)) or np.any(z < qmin) \
+            or np.any(z > qmax):
+        raise im.err(node, f"zero point {q(zp)} must hold integers within "
+                     f"[{qmin:g}, {qmax:g}], got {z.reshape(-1)[:4].tolist()}")
+    check_broadcast(im, node, im.full_shape(x), {"scale": sc, "zero point": z})
+    t = pow2_type(im, node, sc, z, bits, signed, narrow, rounding)
+    if im.is_const(x):
+        w = im.const(x).astype(np.float64)
+        if not np.all(np.isfinite(w)):
+            raise GraphError(f"weight {im.src(x)!r} contains NaN or Inf")
+        with np.errstate(all="ignore"):  # huge weights saturate; no warning lines
+            y = w / sc + z
+            r = _QONNX_ROUNDING[rounding.upper()](y)
+            vals = sc * (np.clip(r, qmin, qmax) - z)
+        im.add_const(node.output[0], vals, t)
+        if t is None:
+            im.weight_scales.update(float(v) for v in np.unique(sc))
+        return
+    if t is None:
+        codes = FixedType(int(bits), int(bits), signed, _rounding_type(im, node, rounding),
+                          narrow=narrow)
+        return _scaled(im, node, "Requant", x, codes, sc, z, quant_type=str(codes))
+    _emit_typed(im, node, "Requant", x, t, quant_type=str(t))
+
+
+def _rounding_type(im: ImportState, node: onnx.NodeProto, rounding: str) -> Rounding:
+    r = _ROUNDING_TYPES.get(rounding.upper())
+    if r is None:
+        raise im.unsupported(node, "rounding_mode", f"rounding_mode {rounding!r} is not "
+                             "supported on activations (ROUND and FLOOR are)")
+    return r
+
+
+def _per_sample(im: ImportState, x: str, v: np.ndarray) -> np.ndarray:
+    """A quantizer parameter (ONNX shape, batch included) as a per-sample constant: a scalar
+    when it is uniform, else broadcast to the activation's per-sample shape."""
+    u = np.unique(v)
+    if u.size == 1:
+        return np.asarray(u[0], dtype=np.float64)
+    full = im.full_shape(x)
+    return np.broadcast_to(v, full)[0].astype(np.float64).copy()
+
+
+def _scaled(im: ImportState, node: onnx.NodeProto, op: str, x: str, codes: FixedType,
+            sc: np.ndarray, z: np.ndarray | None, **node_attrs: Any) -> None:
+    """A quantizer with a non-power-of-two scale or a zero point, on an activation: QONNX's
+    definition spelled out, scale * (codes(x / scale + zero point) - zero point)."""
+    shp = act_shape(im, x)
+    s = _per_sample(im, x, sc)
+    zp = _per_sample(im, x, z) if z is not None else np.zeros(())
+    out = node.output[0]
+    cur = x
+    if op == "Requant" and np.any(s != 1):
+        cur = _step(im, node, "Div", cur, s, f"{out}__scaled", shp)
+    if op == "Requant" and np.any(zp != 0):
+        cur = _step(im, node, "Add", cur, zp, f"{out}__shifted", shp)
+    q = f"{out}__codes"
+    im.emit(node, op, [cur], q, shp, **node_attrs)
+    im.types[q] = codes
+    cur = q
+    if np.any(zp != 0):
+        cur = _step(im, node, "Add", cur, -zp, f"{out}__centred", shp)
+    if np.any(s != 1) or cur == q:
+        _step(im, node, "Mul", cur, s, out, shp)
+    else:
+        im.emit(node, "Add", [cur, im.add_const(im.fresh(f"{out}__zero"), np.zeros(()))],
+                out, shp)
+
+
+def _step(im: ImportState, node: onnx.NodeProto, op: str, x: str, c: np.ndarray, out: str,
+          shp: tuple[int, ...]) -> str:
+    im.emit(node, op, [x, im.add_const(im.fresh(f"{out}_c"), c)], out, shp)
+    return out
+
+
+def _bitwidth(im: ImportState, node: onnx.NodeProto, bw: str, signed: bool, narrow: bool
+              ) -> float:
+    """Quant's bitwidth: a scalar integer from 1 to 64 (2 for narrow signed)."""
+    b = qparam(im, node, bw, "bitwidth")
+    if b.size != 1:
+        raise im.err(node, f"bitwidth {q(bw)} must be a scalar, got shape {list(b.shape)}")
+    bits = float(b.reshape(-1)[0])
+    if not math.isfinite(bits) or bits != int(bits) or not 1 <= bits <= 64:
+        raise im.err(node, f"bitwidth {q(bw)} is {bits:g}; it must be an integer from 1 "
+                     "to 64")
+    if signed and narrow and bits < 2:
+        raise im.err(node, "a narrow signed Quant needs a bitwidth of at least 2")
+    return bits
+
+
+def bipolar(im: ImportState, node: onnx.NodeProto) -> None:
+    x, scale = node.input[:2]
+    scv = qparam(im, node, scale, "scale")
+    check_scale(im, node, scale, scv)
+    check_broadcast(im, node, im.full_shape(x), {"scale": scv})
+    uniform = np.unique(scv)
+    sc = float(uniform[0])
+    m, e = math.frexp(sc)
+    t = FixedType(2, 2 - (1 - e), True, narrow=True) if m == 0.5 and uniform.size == 1 \
+        else None
+    if im.is_const(x):
+        w = im.const(x)
+        if w.dtype.kind == "f" and not np.all(np.isfinite(w)):
+            raise GraphError(f"weight {im.src(x)!r} contains NaN or Inf")
+        s = sc if scv.size == 1 else scv
+        im.add_const(node.output[0], np.where(w >= 0, s, -s), t)
+        if t is None:
+            im.weight_scales.update(float(v) for v in uniform)
+        return
+    if t is None:  # codes +-1, then the scale
+        return _scaled(im, node, "Bipolar", x, FixedType(2, 2, True, narrow=True), scv, None,
+                       scale=1.0)
+    _emit_typed(im, node, "Bipolar", x, t, scale=sc)
+
+
+# -- ONNX QDQ -------------------------------------------------------------------------------
+
+
+def qdq(im: ImportState, node: onnx.NodeProto) -> None:
+    """QuantizeLinear -> a fixed-point type (Requant); DequantizeLinear right after it (same
+    scale and zero point) is the identity, since the IR carries real values."""
+    x = node.input[0]
+    sc, zpv = _qdq_params(im, node)
+    if node.op_type == "DequantizeLinear":
+        made = im.qdq.get(im.src(x))  # the QuantizeLinear's scale and zero point
+        if made is None:
+            raise im.err(node, f"input {x!r} is not the output of a QuantizeLinear (integer "
+                         "codes); only QuantizeLinear -> DequantizeLinear pairs are supported")
+        if made[1].dtype != zpv.dtype or not (np.array_equal(made[0], sc)
+                                              and np.array_equal(made[1], zpv)):
+            raise im.err(node, f"scale/zero point ({zpv.dtype}) do not match the QuantizeLinear "
+                         f"that produced {x!r} ({made[1].dtype})")
+        return identity(im, node)
+    signed = zpv.dtype.kind == "i"
+    bits = 8 * zpv.dtype.itemsize
+    t = pow2_type(im, node, sc, zpv, bits, signed, False, "ROUND")
+    full = im.full_shape(x)
+    # per-axis parameters (1-D along `axis`) in the input's full shape, for broadcasting
+    ax = attrs(node).get("axis", 1) % max(len(full), 1)
+    along = [1] * len(full)
+    if sc.ndim == 1 and full:
+        along[ax] = sc.shape[0]
+    scb = sc.reshape(along) if sc.ndim == 1 else sc
+    zpb = zpv.astype(np.float64).reshape(along) if zpv.ndim == 1 else zpv.astype(np.float64)
+    if im.is_const(x):
+        w = im.const(x).astype(np.float64)
+        if not np.all(np.isfinite(w)):
+            raise im.err(node, f"weight {im.src(x)!r} contains NaN or Inf")
+        qmin, qmax = (int(np.iinfo(zpv.dtype).min), int(np.iinfo(zpv.dtype).max))
+        with np.errstate(all="ignore"):  # huge weights saturate; no warning lines
+            vals = scb * (np.clip(np.round(w / scb) + zpb, qmin, qmax) - zpb)
+        im.add_const(node.output[0], vals, t)
+        if t is None:
+            im.weight_scales.update(float(v) for v in np.unique(sc))
+        return
+    if t is None:
+        codes = FixedType(bits, bits, signed, Rounding.RND_CONV)
+        _scaled(im, node, "Requant", x, codes, scb, zpb, quant_type=str(codes))
+    else:
+        _emit_typed(im, node, "Requant", x, t, quant_type=str(t))
+    im.qdq[node.output[0]] = (sc, zpv)
+
+
+def _qdq_params(im: ImportState, node: onnx.NodeProto) -> tuple[np.ndarray, np.ndarray]:
+    """Scale and zero point of a QuantizeLinear/DequantizeLinear: constants, a positive
+    finite scale, a supported zero-point dtype, shapes that fit `axis`."""
+    x, s = node.input[:2]
+    zp = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    a = attrs(node)
+    sc = qparam(im, node, s, "scale")
+    check_scale(im, node, s, sc)
+    if zp is not None and not im.is_const(zp):
+        raise im.err(node, f"{node.op_type} parameter {zp!r} (zero point) must be a constant")
+    zpv = _qdq_zero_point(im, node, zp, sc, a.get("output_dtype", 0))
+    if a.get("block_size", 0):
+        raise im.unsupported(node, "block_size", "blocked quantization (block_size != 0) is "
+                             "not supported")
+    full = im.full_shape(x)
+    if sc.ndim > 1:
+        raise im.err(node, f"scale {s!r} must be a scalar or 1-D, got shape {list(sc.shape)}")
+    if sc.ndim == 1:
+        axis = a.get("axis", 1)
+        if not -len(full) <= axis < len(full):
+            raise im.err(node, f"axis {axis} is out of range for a rank-{len(full)} tensor")
+        if sc.shape[0] != full[axis]:
+            raise im.err(node, f"scale {s!r} has {sc.shape[0]} values; axis {axis} of the "
+                         f"input has {full[axis]}")
+    return sc, zpv
+
+
+def _qdq_zero_point(im: ImportState, node: onnx.NodeProto, zp: str | None, sc: np.ndarray,
+                    out_dt: int) -> np.ndarray:
+    """The zero point (zeros of `output_dtype`, default UINT8, when there is none)."""
+    if zp is None:
+        np_dt = (helper.tensor_dtype_to_np_dtype(out_dt) if out_dt in _QDQ_DTYPES.values()
+                 else None)
+        if out_dt and np_dt is None:
+            name = onnx.TensorProto.DataType.Name(out_dt) if out_dt in \
+                onnx.TensorProto.DataType.values() else str(out_dt)
+            raise Unsupported(f"{im.label(node)}: output_dtype {name} is not supported "
+                              "(INT8, UINT8, INT16, UINT16 are)", "dtype", name)
+        return np.zeros((), np_dt or np.uint8)
+    zpv = np.asarray(im.const(zp))
+    if zpv.dtype not in _QDQ_DTYPES:
+        name = str(zpv.dtype).upper()
+        raise Unsupported(f"{im.label(node)}: zero point {zp!r} has dtype {name}; "
+                          "supported: INT8, UINT8, INT16, UINT16", "dtype", name)
+    if out_dt and out_dt != _QDQ_DTYPES[zpv.dtype]:
+        raise im.err(node, f"output_dtype {out_dt} does not match the zero point's dtype "
+                     f"{zpv.dtype}")
+    if zpv.shape != sc.shape:
+        raise im.err(node, f"zero point {zp!r} of shape {list(zpv.shape)} does not match "
+                     f"the scale's shape {list(sc.shape)}")
+    return zpv

@@ -1,0 +1,439 @@
+"""Constant-matrix-vector multiplication (CMVM) as one shared adder graph: y = x @ W.
+
+Why: a fully parallel Dense layer (R = 1) with constant weights needs no multiplier at all.
+Every weight is a handful of canonical signed digits (CSD), so every output is a signed sum
+of shifted inputs; many of those two-term sums (x_a ± x_b << k) recur across outputs, and
+computing each once and sharing it is what makes distributed arithmetic small (da4ml,
+arXiv 2507.04535, extracts two-term patterns greedily in the same way). Pure Python and
+numpy: the circuit (hdl/units/dense.py) walks the graph this module returns; nothing here knows
+Amaranth.
+
+The algorithm:
+1. every column j of W becomes a set of terms (node, shift, sign) from the CSD digits of its
+   weights, node = the input index (inputs are the graph's first nodes);
+2. the most frequent two-term pattern across all columns, (a, b, b's shift relative to a's,
+   relative sign), becomes a new node a + (±b << k) (if its adder depth stays within
+   `max_depth`), and every non-overlapping occurrence is replaced by one term of that node;
+   repeat while a pattern occurs at least twice (ties: the smallest key, so the graph is
+   deterministic);
+3. what is left of each column (plus its constant, the bias) is summed shallowest-first
+   (a Huffman tree on adder depth), a final negation where the sum came out negative.
+
+Exact by construction: every node is an exact integer combination of the inputs (ranges
+tracked exactly, so widths are exact), and `evaluate` proves it on any input. A node wider
+than `cap` bits may be kept modulo 2**cap (two's complement): the sums are then exact
+modulo 2**cap, which is exact for any result that fits in `cap` signed bits (Dense: the
+accumulator width + 1).
+
+Cost (`AdderGraph.cost`): an adder of a node v = (a << sa) ± (b << sb), min(sa, sb) = 0,
+is a carry chain over the bits of v above max(sa, sb) (the lower bits are the other operand's
+bits, wires); yosys maps a carry chain of n bits to ceil(n / 2) CCU2C on ECP5 and n
+SB_LUT4 + n SB_CARRY on iCE40, less the chains' ends (checked in tests/hdl/test_cmvm.py
+against synth_ecp5 and synth_ice40 on a small graph).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def csd(c: int) -> list[tuple[int, int]]:
+    """Canonical signed digits of c: [(+1 or -1, shift)], c == sum(d << k)."""
+    out, k = [], 0
+    c = int(c)
+    while c:
+        if c & 1:
+            d = 2 - (c & 3)
+            out.append((d, k))
+            c -= d
+        c >>= 1
+        k += 1
+    return out
+
+
+def signed_width(lo: int, hi: int) -> int:
+    """Bits of the smallest two's complement type holding [lo, hi]."""
+    return max(1, max(hi.bit_length(), (-lo - 1).bit_length() if lo < 0 else 0) + 1)
+
+
+def value_width(lo: int, hi: int) -> tuple[int, bool]:
+    """(width, signed) of the smallest type holding [lo, hi]: unsigned when lo >= 0."""
+    if lo >= 0:
+        return max(1, hi.bit_length()), False
+    return signed_width(lo, hi), True
+
+
+@dataclass(frozen=True)
+class Node:
+    """One value of the graph. kind "in": input `a`; "const": the integer `c`; "add":
+    (v[a] << sa) + sign * (v[b] << sb) with min(sa, sb) == 0; "neg": -v[a]."""
+
+    kind: str
+    a: int = -1
+    b: int = -1
+    sa: int = 0
+    sb: int = 0
+    sign: int = 1
+    c: int = 0
+    lo: int = 0
+    hi: int = 0
+    depth: int = 0
+
+    @property
+    def width(self) -> int:
+        return value_width(self.lo, self.hi)[0]
+
+
+@dataclass
+class AdderGraph:
+    """The graph: nodes (inputs first), and per output (node, shift) or None for zero:
+    y[j] = v[node] << shift."""
+
+    n_in: int
+    nodes: list[Node]
+    outputs: list[tuple[int, int] | None]
+    cap: int | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def depth(self) -> int:
+        return max([self.nodes[o[0]].depth for o in self.outputs if o is not None] + [0])
+
+    def adders(self) -> list[int]:
+        """Indices of the nodes that are carry chains (adds and negations)."""
+        return [i for i, n in enumerate(self.nodes) if n.kind in ("add", "neg")]
+
+    def node_width(self, i: int) -> int:
+        w = self.nodes[i].width
+        return min(w, self.cap) if self.cap else w
+
+    def chain_bits(self, i: int) -> int:
+        """Carry-chain length of node i (0 for inputs and constants)."""
+        n = self.nodes[i]
+        if n.kind == "neg":
+            return self.node_width(i)
+        if n.kind != "add":
+            return 0
+        low = max(n.sa, n.sb)
+        other = self.nodes[n.b if n.sb >= n.sa else n.a]
+        if other.kind == "const":  # a constant's trailing zeros pass the other bits too
+            low += (other.c & -other.c).bit_length() - 1 if other.c else 0
+        return max(1, self.node_width(i) - low)
+
+    def cost(self, family: str = "ecp5") -> dict[str, int]:
+        """Logic of the adders (no registers): ECP5 {"ccu2c", "lut4"}, iCE40 {"lut4",
+        "carry"}. Every bit of a carry chain is about half a CCU2C on ECP5 (a 2-bit slice),
+        a LUT4 and an SB_CARRY on iCE40 (ECP5_*, ICE40_*: per chain bit, measured on an
+        8x6 graph of 674 chain bits, tests/hdl/test_cmvm.py: synth_ecp5 364 CCU2C and no
+        LUT4, synth_ice40 626 SB_CARRY + 852 SB_LUT4). This holds as the circuit keeps
+        every node (hdl/units/dense.py); merged into $macc cells, yosys maps chains of adds as
+        carry-save trees of LUT4s (the same graph: 300 CCU2C + 291 LUT4)."""
+        bits = [self.chain_bits(i) for i in self.adders()]
+        if family == "ice40":
+            n = sum(bits)
+            return {"lut4": round(n * ICE40_LUT), "carry": round(n * ICE40_CARRY),
+                    "adders": len(bits)}
+        n = sum(bits)
+        return {"ccu2c": round(n * ECP5_CCU2C), "lut4": round(n * ECP5_LUT),
+                "adders": len(bits)}
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        """y for a batch x (n, n_in) of integers, exactly (Python integers where int64
+        could overflow)."""
+        x = np.asarray(x)
+        big = max([max(abs(n.lo), abs(n.hi)) for n in self.nodes] + [1]).bit_length() > 60
+        big = big or any(o is not None and o[1] > 0 for o in self.outputs) and \
+            max(abs(self.nodes[o[0]].hi) << o[1] for o in self.outputs if o) >= 1 << 62
+        dt = object if big else np.int64
+        x = x.astype(dt)
+        v: list[np.ndarray] = []
+        for n in self.nodes:
+            if n.kind == "in":
+                v.append(x[:, n.a])
+            elif n.kind == "const":
+                v.append(np.full(len(x), n.c, dtype=dt))
+            elif n.kind == "neg":
+                v.append(-v[n.a])
+            else:
+                v.append((v[n.a] << n.sa) + n.sign * (v[n.b] << n.sb))
+        out = np.zeros((len(x), len(self.outputs)), dtype=dt)
+        for j, o in enumerate(self.outputs):
+            if o is not None:
+                out[:, j] = v[o[0]] << o[1]
+        return out
+
+
+class _Builder:
+    """Nodes with exact ranges and depths; identical nodes are made once."""
+
+    def __init__(self, lo: list[int], hi: list[int]):
+        self.lo, self.hi = [int(v) for v in lo], [int(v) for v in hi]
+        self.nodes = [Node("in", a=i, lo=self.lo[i], hi=self.hi[i]) for i in range(len(lo))]
+        # each node as a linear combination of the inputs {input: coefficient} (+ constant):
+        # the inputs are independent, so its range (and width) is tight
+        self.lin: list[tuple[dict[int, int], int]] = [({i: 1}, 0) for i in range(len(lo))]
+        self.memo: dict[tuple, int] = {}
+
+    def _range(self, lin: dict[int, int], c: int) -> tuple[int, int]:
+        lo = hi = c
+        for i, k in lin.items():
+            a, b = k * self.lo[i], k * self.hi[i]
+            lo += min(a, b)
+            hi += max(a, b)
+        return lo, hi
+
+    def const(self, c: int) -> int:
+        key = ("c", c)
+        if key not in self.memo:
+            self.memo[key] = len(self.nodes)
+            self.nodes.append(Node("const", c=c, lo=c, hi=c))
+            self.lin.append(({}, c))
+        return self.memo[key]
+
+    def add(self, a: int, sa: int, b: int, sb: int, sign: int) -> int:
+        key = ("a", a, sa, b, sb, sign)
+        if key in self.memo:
+            return self.memo[key]
+        na, nb = self.nodes[a], self.nodes[b]
+        (la, ca), (lb, cb) = self.lin[a], self.lin[b]
+        lin = {i: k << sa for i, k in la.items()}
+        for i, k in lb.items():
+            v = lin.get(i, 0) + sign * (k << sb)
+            if v:
+                lin[i] = v
+            else:
+                lin.pop(i, None)
+        c = (ca << sa) + sign * (cb << sb)
+        lo, hi = self._range(lin, c)
+        node = Node("add", a=a, b=b, sa=sa, sb=sb, sign=sign, lo=lo, hi=hi,
+                    depth=max(na.depth, nb.depth) + 1)
+        self.memo[key] = len(self.nodes)
+        self.nodes.append(node)
+        self.lin.append((lin, c))
+        return self.memo[key]
+
+    def neg(self, a: int) -> int:
+        key = ("n", a)
+        if key not in self.memo:
+            n = self.nodes[a]
+            self.memo[key] = len(self.nodes)
+            self.nodes.append(Node("neg", a=a, lo=-n.hi, hi=-n.lo, depth=n.depth + 1))
+            la, ca = self.lin[a]
+            self.lin.append(({i: -k for i, k in la.items()}, -ca))
+        return self.memo[key]
+
+    def pair(self, t1: tuple[int, int, int], t2: tuple[int, int, int]
+             ) -> tuple[int, int, int]:
+        """The node for the two terms (node, shift, sign) and the term that replaces them."""
+        (n1, s1, d1), (n2, s2, d2) = t1, t2
+        m = min(s1, s2)
+        return self.add(n1, s1 - m, n2, s2 - m, d1 * d2), m, d1
+
+
+# A term (node, shift) is the integer node << 8 | shift (shift < 256), so that comparing
+# terms compares (node, shift); a pattern of two terms t1 < t2 with signs d1, d2 is the
+# integer n1 << 42 | n2 << 20 | (s2 - s1 + 512) << 1 | (d1 == d2).
+Key = int
+_SH = 8
+ICE40_CARRY, ICE40_LUT = 0.93, 1.26  # per carry-chain bit (see AdderGraph.cost)
+ECP5_CCU2C, ECP5_LUT = 0.54, 0.0
+_DROPPED = -(1 << 40)
+
+
+def _unkey(k: Key) -> tuple[int, int, int, int]:
+    """(node a, node b, shift of b - shift of a, sign a * sign b)."""
+    return k >> 42, (k >> 20) & ((1 << 22) - 1), ((k >> 1) & 1023) - 512, 1 if k & 1 else -1
+
+
+class _Columns:
+    """The columns' terms {term: sign} (and per column node -> shifts), and the pattern
+    counts over all pairs of terms within a column, bucketed by count so the most frequent
+    pattern is found in O(1) (ties: the pattern that reached that count first, a
+    deterministic order: keys are integers, whose hashes are not salted)."""
+
+    def __init__(self, n_out: int):
+        self.cols: list[dict[int, int]] = [{} for _ in range(n_out)]
+        self.idx: list[dict[int, set[int]]] = [{} for _ in range(n_out)]
+        self.count: dict[Key, int] = {}
+        self.buckets: list[dict[Key, None]] = [{}, {}, {}]
+        self.top = 0
+        self.counting = False
+
+    def build_counts(self) -> None:
+        cnt: dict[Key, int] = {}
+        for col in self.cols:
+            items = sorted(col.items())
+            for i, (t1, d1) in enumerate(items):
+                n1, s1 = t1 >> _SH, t1 & 255
+                for t2, d2 in items[i + 1:]:
+                    k = (n1 << 42) | ((t2 >> _SH) << 20) | (((t2 & 255) - s1 + 512) << 1) \
+                        | (d1 == d2)
+                    cnt[k] = cnt.get(k, 0) + 1
+        self.count = cnt
+        top = max(cnt.values(), default=0)
+        self.buckets = [{} for _ in range(top + 2)]
+        for k, c in cnt.items():
+            if c > 1:
+                self.buckets[c][k] = None
+        self.top = top
+        self.counting = True
+
+    def _pairs(self, j: int, t: int, d: int, by: int) -> None:
+        """Count (by = +1) or uncount (-1) the pairs of term t (sign d) with column j's."""
+        cnt, buckets = self.count, self.buckets
+        n1, s1 = t >> _SH, t & 255
+        hi1, lo1 = n1 << 42, n1 << 20
+        for t2, d2 in self.cols[j].items():
+            if t < t2:
+                k = hi1 | ((t2 >> _SH) << 20) | (((t2 & 255) - s1 + 512) << 1) | (d == d2)
+            else:
+                k = ((t2 >> _SH) << 42) | lo1 | ((s1 - (t2 & 255) + 512) << 1) | (d == d2)
+            c = cnt.get(k, 0)
+            if c > 1:
+                del buckets[c][k]
+            c += by
+            cnt[k] = c
+            if c > 1:
+                if c >= len(buckets):
+                    buckets.append({})
+                buckets[c][k] = None
+                if c > self.top:
+                    self.top = c
+
+    def remove(self, j: int, t: int) -> None:
+        d = self.cols[j].pop(t)
+        sh = self.idx[j][t >> _SH]
+        sh.discard(t & 255)
+        if not sh:
+            del self.idx[j][t >> _SH]
+        if self.counting:
+            self._pairs(j, t, d, -1)
+
+    def insert(self, j: int, t: int, d: int) -> None:
+        col = self.cols[j]
+        while t in col:  # the same node and shift twice: 2x (a shift) or 0
+            d0 = col[t]
+            self.remove(j, t)
+            if d0 != d:
+                return
+            t += 1
+        if self.counting:
+            self._pairs(j, t, d, 1)
+        col[t] = d
+        self.idx[j].setdefault(t >> _SH, set()).add(t & 255)
+
+    def drop(self, k: Key) -> None:
+        """Never pick k again (too deep, or no occurrence left)."""
+        c = self.count.get(k, 0)
+        if c > 1:
+            del self.buckets[c][k]
+        self.count[k] = _DROPPED
+
+    def best(self, ok: Callable[[Key], bool]) -> Key | None:
+        """The most frequent pattern (count >= 2) that `ok` accepts."""
+        while self.top > 1:
+            b = self.buckets[self.top]
+            if not b:
+                self.top -= 1
+                continue
+            k = next(iter(b))
+            if ok(k):
+                return k
+            self.drop(k)
+        return None
+
+
+def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarray,
+             bias: list[int] | None = None, max_depth: int | None = None,
+             cap: int | None = None, cse: bool = True) -> AdderGraph:
+    """The adder graph of y = x @ w (+ bias) for integer inputs x[i] in [lo[i], hi[i]].
+
+    `max_depth`: no shared node deeper than this (None: the depth of a plain adder tree over
+    the longest column, plus one); `cap`: widths kept modulo 2**cap (see the module's
+    docstring); `cse=False`: no sharing, each column its own tree (the baseline)."""
+    w = np.asarray(w, dtype=object if np.asarray(w).dtype == object else np.int64)
+    n_in, n_out = w.shape
+    bld = _Builder([int(v) for v in lo], [int(v) for v in hi])
+    cols = _Columns(n_out)
+    for j in range(n_out):
+        for i in range(n_in):
+            c = int(w[i, j])
+            if c and hi[i] == lo[i] == 0:
+                continue
+            for d, k in csd(c):
+                if k > 255:
+                    raise ValueError(f"weight {c} has digits beyond 2**255")
+                cols.insert(j, (i << _SH) | k, d)
+    digits = sum(len(c) for c in cols.cols)
+    longest = max([len(c) for c in cols.cols] + [1])
+    if max_depth is None:
+        max_depth = max(1, math.ceil(math.log2(max(2, longest)))) + 1
+    extracted = 0
+    if cse:
+        cols.build_counts()
+        nodes = bld.nodes
+
+        def ok(k: Key) -> bool:
+            a, b, _, _ = _unkey(k)
+            return max(nodes[a].depth, nodes[b].depth) + 1 <= max_depth
+
+        while True:
+            k = cols.best(ok)
+            if k is None:
+                break
+            a, b, ds, sg = _unkey(k)
+            hit = False
+            for j, col in enumerate(cols.cols):
+                if a not in cols.idx[j] or b not in cols.idx[j]:
+                    continue
+                for s in sorted(cols.idx[j][a]):
+                    if not 0 <= s + ds < 256:
+                        continue
+                    t1, t2 = (a << _SH) | s, (b << _SH) | (s + ds)
+                    if t1 not in col or t2 not in col or t1 == t2 or col[t1] * col[t2] != sg:
+                        continue
+                    d1, d2 = col[t1], col[t2]
+                    node, m, d = bld.pair((a, s, d1), (b, s + ds, d2))
+                    cols.remove(j, t1)
+                    cols.remove(j, t2)
+                    cols.insert(j, (node << _SH) | m, d)
+                    hit = True
+            extracted += 1
+            if not hit:  # only overlapping occurrences were counted: drop the pattern
+                cols.drop(k)
+    outputs: list[tuple[int, int] | None] = []
+    for j, col in enumerate(cols.cols):
+        terms = [(bld.nodes[t >> _SH].depth, t >> _SH, t & 255, d)
+                 for t, d in sorted(col.items())]
+        if bias is not None and int(bias[j]):
+            b = int(bias[j])
+            tz = (b & -b).bit_length() - 1
+            terms.append((0, bld.const(b >> tz), tz, 1))
+        outputs.append(_sum(bld, terms))
+    g = AdderGraph(n_in, bld.nodes, outputs, cap)
+    g.stats = {"digits": digits, "patterns": extracted, "adders": len(g.adders()),
+               "depth": g.depth}
+    return g
+
+
+def _sum(bld: _Builder, terms: list[tuple[int, int, int, int]]) -> tuple[int, int] | None:
+    """Sum (depth, node, shift, sign) terms shallowest first; None for an empty sum."""
+    if not terms:
+        return None
+    heapq.heapify(terms)
+    while len(terms) > 1:
+        _, n1, s1, d1 = heapq.heappop(terms)
+        _, n2, s2, d2 = heapq.heappop(terms)
+        if d1 < 0 and d2 > 0:  # a - b, never -a + b: no negation needed
+            n1, s1, d1, n2, s2, d2 = n2, s2, d2, n1, s1, d1
+        node, m, d = bld.pair((n1, s1, d1), (n2, s2, d2))
+        heapq.heappush(terms, (bld.nodes[node].depth, node, m, d))
+    _, n, s, d = terms[0]
+    if d < 0:
+        n = bld.neg(n)
+    return n, s

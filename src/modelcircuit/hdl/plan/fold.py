@@ -1,0 +1,102 @@
+"""How a Dense layer is time-shared at reuse R (hls4ml's ReuseFactor): R=1 fully parallel,
+II=1; R>1 time-shares about N/R multipliers, II=R (the inputs are folded first, then the
+outputs). The geometry (`Fold`), the coefficients per lane and step, and the circuit's size
+(products, coefficient ROM bits) exactly as hdl/units/dense.py builds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Fold:
+    """How a Dense of weights (N_in, N_out) is time-shared at reuse r (hdl/units/dense.py).
+
+    r <= N_in: R_in = r chunks of c = ceil(N_in / r) inputs, every output at once
+    (m = N_out output lanes, R_out = 1). r > N_in: the inputs are walked once per output
+    group, R_in = N_in, c = 1, and the outputs are folded too: R_out = min(N_out, r // N_in)
+    groups of m = ceil(N_out / R_out) outputs. Steps = R_in * R_out <= r; the step
+    s = g * R_in + k feeds input chunk k to output group g. Each lane (t, j') multiplies
+    input t of the chunk by the coefficient of output g*m + j' at every step."""
+
+    r: int
+    r_in: int
+    c: int
+    r_out: int
+    m: int
+
+    @property
+    def steps(self) -> int:
+        return self.r_in * self.r_out
+
+
+def fold_shape(n_in: int, n_out: int, r: int) -> Fold:
+    if r <= n_in:
+        r_in = max(1, r)
+        return Fold(r, r_in, -(-n_in // r_in), 1, n_out)
+    r_out = max(1, min(n_out, r // n_in))
+    return Fold(r, n_in, 1, r_out, -(-n_out // r_out))
+
+
+def fold_lanes(w: np.ndarray, f: Fold) -> np.ndarray:
+    """Coefficients per lane and step: array (steps, c, m), zero where padded."""
+    n_in, n_out = w.shape
+    pad = np.zeros((f.r_in * f.c, f.r_out * f.m), dtype=np.int64)
+    pad[:n_in, :n_out] = w
+    # pad[k*c + t, g*m + j] -> lanes[g*R_in + k, t, j]
+    a = pad.reshape(f.r_in, f.c, f.r_out, f.m).transpose(2, 0, 1, 3)
+    return a.reshape(f.steps, f.c, f.m)
+
+
+def lane_kinds(lanes: np.ndarray) -> np.ndarray:
+    """Per lane (c, m): 0 = always zero, 1 = the same power of two (a shift), 2 = multiplier."""
+    nonzero = (lanes != 0).any(axis=0)
+    same = (lanes == lanes[0:1]).all(axis=0)
+    a = np.abs(lanes[0])
+    pow2 = same & (a != 0) & ((a & (a - 1)) == 0)
+    return np.where(~nonzero, 0, np.where(pow2, 1, 2))
+
+
+def fold_multipliers(w: np.ndarray, r: int) -> int:
+    """Time-shared multipliers of a Dense with weights w (N_in, N_out) at reuse r."""
+    if r == 1:
+        a = np.abs(w)
+        return int(((a != 0) & ((a & (a - 1)) != 0)).sum())
+    f = fold_shape(w.shape[0], w.shape[1], r)
+    return int((lane_kinds(fold_lanes(np.asarray(w, dtype=np.int64), f)) == 2).sum())
+
+
+def coef_width(w: np.ndarray) -> int:
+    """Bits of a coefficient ROM lane holding any weight of w (as hdl/units/dense.py sizes it)."""
+    return int(np.abs(w).max(initial=0)).bit_length() + 1
+
+
+def layer_size(w: np.ndarray, r: int) -> tuple[int, int]:
+    """(products, coefficient ROM bits) of a Dense with weights w at reuse r, exactly as
+    hdl/units/dense.py builds it: R=1 one product (multiplier, shift or shift-add) per non-zero
+    weight and no ROM; R>1 one per time-shared lane that is not always zero, and a ROM word
+    of every multiplier lane's coefficient per step."""
+    if r == 1:
+        return int(np.count_nonzero(w)), 0
+    f = fold_shape(w.shape[0], w.shape[1], r)
+    lanes = fold_lanes(w, f)
+    kinds = lane_kinds(lanes)
+    mul = kinds == 2
+    n_mul = int(mul.sum())
+    rom = 0
+    if n_mul:
+        amax = np.abs(lanes).max(axis=0)[mul].max()
+        rom = n_mul * (int(amax).bit_length() + 1) * f.steps
+    return int((kinds != 0).sum()), rom
+
+
+def size_bound(n_in: int, n_out: int, r: int, nnz: int, cw: int) -> tuple[int, int]:
+    """Upper bounds of layer_size in closed form (every lane used, every lane a multiplier
+    of the widest coefficient `cw`); exact products at R=1 (`nnz` non-zero weights)."""
+    if r == 1:
+        return nnz, 0
+    f = fold_shape(n_in, n_out, r)
+    return f.c * f.m, f.c * f.m * f.steps * cw

@@ -1,0 +1,186 @@
+"""The Dense parts of a streamed model (hdl/streamed/units.py has the stream units and their flow
+control): `FlatDense`, a Flatten into a Dense accumulated pixel by pixel so the frame is
+never stored, and `conv_weights`, the (kh*kw*Cin, Cout) matrix the window unit's Dense
+runs (block-diagonal for groups), which the size checks (hdl/plan/size.py) share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
+from amaranth.lib.memory import Memory
+
+from ...graphs.types import FixedType
+from ..errors import HdlError
+from ..units.arith import fit, shape_of
+from .units import Step, SUnit, Tok
+
+
+class FlatDense(SUnit):
+    """Flatten into a Dense without collecting the frame: each pixel's C codes are
+    multiplied with that pixel's rows of W (n_in = pixels*C rows, pixel-major) and added to
+    Nout exact accumulators (starting from the bias, every sum modulo 2**(acc width + 1) as
+    hdl/units/dense.py), then one requantization (+ ReLU) per output after the last pixel. A pixel
+    takes `d` cycles: outputs in d groups of m = ceil(Nout / d), C*m multipliers whose
+    coefficients are one word of a ROM (block RAM) per (pixel, group). Equivalent to a Dense
+    at reuse pixels*d, without the two frame-wide registers (collect + fold input).
+
+    Pipeline after a pixel's fire at t: group s at t+1+s (ROM address), t+2+s (products, lane
+    sums), t+3+s (accumulate); outputs registered at t+d+3, pushed at t+d+4: lat = d + 4."""
+
+    def __init__(self, tin: Tok, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
+                 tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
+                 d: int = 1):
+        w = np.asarray(w, dtype=np.int64)
+        if w.shape[0] != tin.elements * tin.per_frame:
+            raise HdlError(f"flatten-dense: weights {list(w.shape)} do not match a frame of "
+                           f"{tin.per_frame} pixels x {tin.elements} channels")
+        self.n_out = int(w.shape[1])
+        super().__init__([tin], Tok(tout, self.n_out, 1))
+        self.pixels, self.c = tin.per_frame, tin.elements
+        self.d = max(1, min(int(d), self.n_out))
+        self.m = -(-self.n_out // self.d)
+        self.tx, self.w, self.tout, self.relu_ = tin.t, w, tout, bool(relu)
+        frac = tin.t.frac + tw.frac
+        self.frac = max(frac, tb.frac) if b is not None and tb is not None else frac
+        self.p_shift = self.frac - frac
+        self.bias = ([0] * self.n_out if b is None or tb is None else
+                     [int(v) << (self.frac - tb.frac) for v in np.asarray(b).reshape(-1)])
+        self.mod = acc.width + 1
+        self.cw = max(int(np.abs(w).max()).bit_length() + 1 if w.size else 1, 2)
+        self.lat = self.d + 4
+        self.multipliers = self.c * self.m
+
+    @property
+    def max_dur(self) -> int:
+        return self.d
+
+    def steps(self) -> Iterator[Step]:
+        for p in range(self.pixels):
+            yield (True,), p == self.pixels - 1, self.d
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "latency": self.lat, "reuse": self.pixels * self.d,
+                "cycles_per_pixel": self.d, "multipliers": self.multipliers,
+                "rom": {"depth": self.pixels * self.d, "width": self.cw * self.c * self.m}}
+
+    def _words(self) -> list[int]:
+        words = []
+        mask = (1 << self.cw) - 1
+        for p in range(self.pixels):
+            for s in range(self.d):
+                word, k = 0, 0
+                for j in range(self.m):
+                    o = s * self.m + j
+                    for i in range(self.c):
+                        v = int(self.w[p * self.c + i, o]) if o < self.n_out else 0
+                        word |= (v & mask) << (k * self.cw)
+                        k += 1
+                words.append(word)
+        return words
+
+    def elaborate(self, platform: object) -> Module:
+        from amaranth.hdl import signed as _signed
+
+        from ..units.arith import overflow, relu, shift_round
+
+        m = Module()
+        en, tx, d, mm, C = self.en, self.tx, self.d, self.m, self.c
+        fire = self._issue(m, [1], d - 1)
+        px = [Signal(shape_of(tx), name=f"px{i}", reset_less=True) for i in range(C)]
+        with m.If(fire):
+            m.d.sync += [px[i].eq(fit(self.i0.payload[i * tx.width:(i + 1) * tx.width],
+                                      tx.width, tx.signed)) for i in range(C)]
+        # stage A: group s of the current pixel; the ROM address runs over the frame
+        busy = Signal(name="busy")
+        s = Signal(range(max(2, d)), name="s")
+        depth = self.pixels * d
+        addr = Signal(range(max(2, depth)), name="addr")
+        with m.If(en):
+            with m.If(fire):
+                m.d.sync += [busy.eq(1), s.eq(0)]
+            with m.Elif(busy & (s == d - 1)):
+                m.d.sync += busy.eq(0)
+            with m.Elif(busy):
+                m.d.sync += s.eq(s + 1)
+            with m.If(busy):
+                m.d.sync += addr.eq(Mux(addr == depth - 1, 0, addr + 1))
+        rom = Memory(shape=self.cw * C * mm, depth=depth, init=self._words(),
+                     attrs={"ram_style": "block"})
+        m.submodules.rom = rom
+        rp = rom.read_port(domain="sync")
+        m.d.comb += [rp.addr.eq(addr), rp.en.eq(en)]
+        # stage B: products and lane sums
+        act_b, first_b, last_b = (Signal(name=n) for n in ("act_b", "first_b", "last_b"))
+        s_b = Signal(range(max(2, d)), name="s_b", reset_less=True)
+        px_b = [Signal(shape_of(tx), name=f"pxb{i}", reset_less=True) for i in range(C)]
+        with m.If(en):
+            m.d.sync += [act_b.eq(busy), first_b.eq(addr < d), last_b.eq(addr == depth - 1),
+                         s_b.eq(s)] + [px_b[i].eq(px[i]) for i in range(C)]
+        sums = []
+        for j in range(mm):
+            terms = []
+            for i in range(C):
+                k = j * C + i
+                coef = rp.data[k * self.cw:(k + 1) * self.cw].as_signed()
+                terms.append(fit((px_b[i] * coef) << self.p_shift, self.mod, True))
+            tot = terms[0]
+            for t_ in terms[1:]:
+                tot = fit(tot + t_, self.mod, True)
+            sums.append(tot)
+        # stage C: registered lane sums, accumulate into group s
+        act_c, first_c, last_c = (Signal(name=n) for n in ("act_c", "first_c", "last_c"))
+        s_c = Signal(range(max(2, d)), name="s_c", reset_less=True)
+        sum_c = [Signal(_signed(self.mod), name=f"sum{j}", reset_less=True) for j in range(mm)]
+        with m.If(en):
+            m.d.sync += [act_c.eq(act_b), first_c.eq(first_b), last_c.eq(last_b & act_b),
+                         s_c.eq(s_b)] + [sum_c[j].eq(sums[j]) for j in range(mm)]
+        acc = [Signal(_signed(self.mod), name=f"acc{o}", reset_less=True)
+               for o in range(self.n_out)]
+        with m.If(en & act_c):
+            with m.Switch(s_c):
+                for g in range(d):
+                    with m.Case(g):
+                        for j in range(mm):
+                            o = g * mm + j
+                            if o < self.n_out:
+                                m.d.sync += acc[o].eq(fit(Mux(first_c, self.bias[o], acc[o])
+                                                          + sum_c[j], self.mod, True))
+        # stage D: requantize every output; push the next cycle
+        done = Signal(name="done")
+        with m.If(en):
+            m.d.sync += done.eq(act_c & last_c & (s_c == d - 1))
+        t = self.tout
+        y = [Signal(shape_of(t), name=f"y{o}", reset_less=True) for o in range(self.n_out)]
+
+        def finish(v: Value) -> Value:
+            q = overflow(shift_round(v, self.frac - t.frac, t.rounding), t)
+            return relu(q) if self.relu_ else q
+
+        with m.If(en & done):
+            m.d.sync += [y[o].eq(fit(finish(acc[o]), t.width, t.signed))
+                         for o in range(self.n_out)]
+        pushr = Signal(name="pushr")
+        with m.If(en):
+            m.d.sync += pushr.eq(done)
+        m.d.comb += [self.y.eq(Cat(*y)), self.push.eq(en & pushr)]
+        return m
+
+
+def conv_weights(w: np.ndarray, group: int) -> np.ndarray:
+    """Conv weights (kh, kw, Cin/group, Cout) -> the Dense matrix (kh*kw*Cin, Cout) over a
+    window (row, column, channel), zero outside each output channel's group."""
+    w = np.asarray(w, dtype=np.int64)
+    kh, kw, cig, cout = w.shape
+    cin = cig * group
+    cog = cout // group
+    full = np.zeros((kh, kw, cin, cout), dtype=np.int64)
+    for gi in range(group):
+        full[:, :, gi * cig:(gi + 1) * cig, gi * cog:(gi + 1) * cog] = \
+            w[:, :, :, gi * cog:(gi + 1) * cog]
+    return full.reshape(kh * kw * cin, cout)
+
+
+__all__ = ["FlatDense", "conv_weights"]

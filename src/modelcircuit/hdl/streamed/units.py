@@ -1,0 +1,473 @@
+"""Streaming circuits for convolutional networks: one pixel (all channels) per handshake.
+
+A streamed model is a chain (a DAG: forks and joins) of *stream units*. Each unit reads
+tokens from its input FIFOs, runs a static pipeline (clock enable `en`, like every `Unit` of
+component.py) and pushes tokens into its output FIFO(s). A token is a pixel (C codes of one
+spatial position, raster order) or, after a Flatten, a whole vector (the existing
+whole-vector units run per frame).
+
+Units (all with a static latency `lat` from a fire to its push):
+- `MapUnit`: any whole-token `Unit` (elementwise ops per pixel, Dense on a collected vector,
+  channel concat of two streams, Add of two streams).
+- `WindowUnit`: padding, line buffers in block RAM (`amaranth.lib.memory.Memory`, one per
+  kernel row above the current one), a kh x kw window register, then an inner unit on the
+  window vector: a `Dense` over kh*kw*Cin inputs for Conv (hdl/units/dense.py, with its reuse
+  factor: parallel over output channels, folded over inputs), `WindowMax` for MaxPool,
+  `WindowAvg` for AvgPool. 1-D is the 2-D case with H = 1.
+- `ResizeUnit`: nearest upsampling by integer factors, one row buffer.
+- `CollectUnit`: a frame of pixels into one vector (Flatten into a Dense).
+- `FlatDense` and the Conv weight layout (hdl/streamed/dense.py): the Dense parts of a
+  streamed model.
+
+Flow control: a unit steps through a fixed per-frame list of steps (`steps()`: which inputs
+the step consumes, whether it emits a token, how many cycles it occupies). A step fires when
+the unit is enabled, its cool-down is over and every input it needs is valid. `en` is the AND
+of the `w_rdy` of the unit's output FIFOs (registered levels: no combinational path from a
+consumer back into a producer), so a full FIFO freezes the producer's whole pipeline and
+nothing is lost. The top level accepts one input pixel every `P` cycles (the II per pixel), or, where that
+would waste more cycles than it saves, pixels back to back with frames starting at least
+`frame_cycles` apart ("burst": II 1 per pixel; a source slower than that never waits).
+
+Compile time (`schedule`, hdl/streamed/top.py with the design and the top level): the same
+step rules run as an event model with the input paced at
+P; it gives every unit's fire/push cycles, hence the latency of each frame (first input
+handshake to last output handshake, output always ready) and each FIFO's depth (its highest
+level + 1, at least 2), so in a run without stalls no FIFO ever fills (the timing equals the
+model exactly) and a fork/join (a skip connection) cannot deadlock: the FIFO on the short
+path holds every token the long path is still working on. P = ceil(the busiest unit's
+cycles per frame / input pixels per frame), so the levels do not grow from frame to frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ...graphs.types import FixedType
+from ..errors import HdlError
+from ..units.arith import requantize
+from ..units.base import Unit
+
+
+@dataclass(frozen=True)
+class Tok:
+    """A stream's token: `elements` codes of type `t`; `per_frame` tokens make a frame."""
+
+    t: FixedType
+    elements: int
+    per_frame: int
+
+    @property
+    def width(self) -> int:
+        return max(1, self.t.width * self.elements)
+
+
+Step = tuple[tuple[bool, ...], bool, int]  # (consumes input k?, emits?, cycles)
+
+
+class SUnit(wiring.Component):
+    """Base of the stream units. Ports: en In(1); i<k> In(stream.Signature) per input
+    (payload/valid from the FIFO, ready = consume); y Out(width), push Out(1) (qualified by
+    en; the top guarantees room)."""
+
+    lat: int = 1
+
+    def __init__(self, ins: Sequence[Tok], out: Tok):
+        self.ins, self.out = list(ins), out
+        sig: dict[str, Any] = {"en": In(1)}
+        for k, t in enumerate(self.ins):
+            sig[f"i{k}"] = In(stream.Signature(t.width))
+        sig["y"] = Out(out.width)
+        sig["push"] = Out(1)
+        super().__init__(sig)
+
+    def steps(self) -> Iterator[Step]:  # one frame
+        raise NotImplementedError
+
+    @property
+    def max_dur(self) -> int:
+        return 1
+
+    def busy(self) -> int:
+        """Cycles one frame occupies the unit at full speed."""
+        return sum(s[2] for s in self.steps())
+
+    def describe(self) -> dict[str, Any]:
+        return {"latency": self.lat, "cycles_per_frame": self.busy(),
+                "tokens_in": [t.per_frame for t in self.ins], "tokens_out": self.out.per_frame}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _port(self, k: int) -> Any:
+        return getattr(self, f"i{k}")
+
+    def _issue(self, m: Module, needs: Sequence[Value | int], dur_m1: Value | int) -> Signal:
+        """fire = en, cool-down over, every needed input valid; ready = consume on fire.
+        After a fire the unit waits `dur_m1` enabled cycles."""
+        cool = Signal(range(self.max_dur), name="cool") if self.max_dur > 1 else None
+        free = (cool == 0) if cool is not None else Const(1)
+        needs = [Value.cast(n) for n in needs]
+        avail = [~n | self._port(k).valid for k, n in enumerate(needs)]
+        fire = Signal(name="fire")
+        m.d.comb += fire.eq(self.en & free & Cat(*avail).all())
+        for k, n in enumerate(needs):
+            others = Cat(*[a for j, a in enumerate(avail) if j != k])
+            ok = others.all() if len(others) else Const(1)
+            m.d.comb += self._port(k).ready.eq(self.en & free & n & ok)
+        if cool is not None:
+            with m.If(self.en):
+                with m.If(fire):
+                    m.d.sync += cool.eq(dur_m1)
+                with m.Elif(cool != 0):
+                    m.d.sync += cool.eq(cool - 1)
+        return fire
+
+    def _delay(self, m: Module, v: Value, n: int, name: str) -> Value:
+        """v delayed by n enabled cycles (reset registers: a valid bit)."""
+        for i in range(n):
+            r = Signal(name=f"{name}{i}")
+            with m.If(self.en):
+                m.d.sync += r.eq(v)
+            v = r
+        return v
+
+
+class MapUnit(SUnit):
+    """A whole-token `Unit` (component.py) per token: one token from every input -> one
+    token. II = the unit's II (a folded Dense), latency = the unit's."""
+
+    def __init__(self, unit: Unit, ins: Sequence[Tok], out: Tok):
+        super().__init__(ins, out)
+        self.unit = unit
+        self.lat = unit.latency
+
+    @property
+    def max_dur(self) -> int:
+        return max(1, self.unit.ii)
+
+    def steps(self) -> Iterator[Step]:
+        need = (True,) * len(self.ins)
+        for _ in range(self.ins[0].per_frame):
+            yield need, True, max(1, self.unit.ii)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), **self.unit.describe(), "latency": self.lat}
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        m.submodules.unit = u = self.unit
+        fire = self._issue(m, [1] * len(self.ins), max(1, u.ii) - 1)
+        m.d.comb += [u.en.eq(self.en), u.start.eq(fire)]
+        for k in range(len(self.ins)):
+            m.d.comb += getattr(u, f"x{k}").eq(self._port(k).payload)
+        m.d.comb += [self.y.eq(u.y), self.push.eq(self.en & self._delay(m, fire, self.lat, "v"))]
+        return m
+
+
+# -- windows -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Geometry:
+    """A sliding window over an (H, W, C) frame: kernel, strides, pads (top, left, bottom,
+    right). 1-D: H = 1, kh = 1, no vertical pads."""
+
+    h: int
+    w: int
+    c: int
+    kh: int
+    kw: int
+    sh: int = 1
+    sw: int = 1
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def __post_init__(self) -> None:
+        if min(self.h, self.w, self.c, self.kh, self.kw, self.sh, self.sw) < 1 or \
+                min(self.pads) < 0:
+            raise HdlError(f"window geometry {self} is not positive")
+        if self.hp < self.kh or self.wp < self.kw:
+            raise HdlError(f"kernel {self.kh}x{self.kw} is larger than the padded frame "
+                           f"{self.hp}x{self.wp}")
+
+    @property
+    def hp(self) -> int:
+        return self.h + self.pads[0] + self.pads[2]
+
+    @property
+    def wp(self) -> int:
+        return self.w + self.pads[1] + self.pads[3]
+
+    @property
+    def ho(self) -> int:
+        return (self.hp - self.kh) // self.sh + 1
+
+    @property
+    def wo(self) -> int:
+        return (self.wp - self.kw) // self.sw + 1
+
+    def row_emits(self, r: int) -> bool:
+        q = r - self.kh + 1
+        return q >= 0 and q % self.sh == 0 and q // self.sh < self.ho
+
+    def col_emits(self, c: int) -> bool:
+        q = c - self.kw + 1
+        return q >= 0 and q % self.sw == 0 and q // self.sw < self.wo
+
+    def interior(self, r: int, c: int) -> bool:
+        return (self.pads[0] <= r < self.pads[0] + self.h
+                and self.pads[1] <= c < self.pads[1] + self.w)
+
+
+class WindowUnit(SUnit):
+    """Padding, line buffers, the window register and an inner unit on the window vector
+    (kh*kw*C codes, order (row, column, channel)). One padded position per step; a step that
+    completes a window occupies the inner unit's II. Latency: 2 + the inner unit's."""
+
+    def __init__(self, geo: Geometry, tin: FixedType, inner: Unit, tout: FixedType,
+                 cout: int, pad_code: int = 0):
+        super().__init__([Tok(tin, geo.c, geo.h * geo.w)], Tok(tout, cout, geo.ho * geo.wo))
+        self.geo, self.tin, self.inner, self.pad_code = geo, tin, inner, int(pad_code)
+        if inner.in_specs[0][1] != geo.kh * geo.kw * geo.c:
+            raise HdlError("window unit: the inner unit's input does not match the window")
+        self.lat = 2 + inner.latency
+
+    @property
+    def max_dur(self) -> int:
+        return max(1, self.inner.ii)
+
+    def steps(self) -> Iterator[Step]:
+        g, ii = self.geo, max(1, self.inner.ii)
+        for r in range(g.hp):
+            re = g.row_emits(r)
+            for c in range(g.wp):
+                e = re and g.col_emits(c)
+                yield (g.interior(r, c),), e, ii if e else 1
+
+    def describe(self) -> dict[str, Any]:
+        g = self.geo
+        d = {**super().describe(), "inner": {**self.inner.describe()}, "latency": self.lat,
+             "window": {"frame": [g.h, g.w, g.c], "kernel": [g.kh, g.kw],
+                        "strides": [g.sh, g.sw], "pads": list(g.pads),
+                        "out": [g.ho, g.wo, self.out.elements]},
+             "line_buffers": {"count": g.kh - 1, "depth": g.wp, "width": self.ins[0].width}}
+        return d
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        g, en, port = self.geo, self.en, self.i0
+        m.submodules.inner = inner = self.inner
+        r = Signal(range(max(2, g.hp)), name="row")
+        c = Signal(range(max(2, g.wp)), name="col")
+        rmask = sum(1 << i for i in range(g.hp) if g.row_emits(i))
+        cmask = sum(1 << i for i in range(g.wp) if g.col_emits(i))
+        emits = Signal(name="emits")
+        m.d.comb += emits.eq(Const(rmask, g.hp).bit_select(r, 1)
+                             & Const(cmask, g.wp).bit_select(c, 1))
+        interior = Signal(name="interior")
+        pt, pl = g.pads[0], g.pads[1]
+        m.d.comb += interior.eq((r >= pt) & (r < pt + g.h) & (c >= pl) & (c < pl + g.w))
+        fire = self._issue(m, [interior], Mux(emits, max(1, inner.ii) - 1, 0))
+        with m.If(fire):
+            with m.If(c == g.wp - 1):
+                m.d.sync += [c.eq(0), r.eq(Mux(r == g.hp - 1, 0, r + 1))]
+            with m.Else():
+                m.d.sync += c.eq(c + 1)
+        tw, C = self.tin.width, g.c
+        pad_word = 0
+        for ch in range(C):
+            pad_word |= (self.pad_code & ((1 << tw) - 1)) << (ch * tw)
+        pix = Signal(self.ins[0].width, name="pix")
+        m.d.comb += pix.eq(Mux(interior, port.payload, pad_word))
+        # stage 1
+        s1_v, s1_e = Signal(name="s1_v"), Signal(name="s1_e")
+        s1_pix = Signal(self.ins[0].width, name="s1_pix", reset_less=True)
+        s1_c = Signal(range(max(2, g.wp)), name="s1_c", reset_less=True)
+        with m.If(en):
+            m.d.sync += [s1_v.eq(fire), s1_e.eq(fire & emits), s1_pix.eq(pix), s1_c.eq(c)]
+        rd: list[Value] = []
+        for k in range(g.kh - 1):  # lb k holds row r-1-k
+            mem = Memory(shape=self.ins[0].width, depth=g.wp, init=[],
+                         attrs={"ram_style": "block"})
+            m.submodules[f"lb{k}"] = mem
+            wp = mem.write_port()
+            rp = mem.read_port(domain="sync", transparent_for=(wp,))
+            m.d.comb += [rp.addr.eq(c), rp.en.eq(en), wp.addr.eq(s1_c),
+                         wp.en.eq(en & s1_v)]
+            rd.append(rp.data)
+            m.d.comb += wp.data.eq(s1_pix if k == 0 else rd[k - 1])
+        col = [*reversed(rd), s1_pix]  # rows r-kh+1 .. r
+        win = [[Signal(self.ins[0].width, name=f"w{i}_{j}", reset_less=True)
+                for j in range(g.kw)] for i in range(g.kh)]
+        with m.If(en & s1_v):
+            for i in range(g.kh):
+                m.d.sync += [win[i][j].eq(win[i][j + 1]) for j in range(g.kw - 1)]
+                m.d.sync += win[i][g.kw - 1].eq(col[i])
+        s2_v = Signal(name="s2_v")
+        with m.If(en):
+            m.d.sync += s2_v.eq(s1_e)
+        m.d.comb += [inner.en.eq(en), inner.start.eq(s2_v),
+                     inner.x0.eq(Cat(*[win[i][j] for i in range(g.kh) for j in range(g.kw)])),
+                     self.y.eq(inner.y),
+                     self.push.eq(en & self._delay(m, s2_v, inner.latency, "v"))]
+        return m
+
+
+class WindowMax(Unit):
+    """max over the kh*kw positions of a window, per channel, in the output type (a data
+    movement: the codes requantized, which commutes with max); one register."""
+
+    def __init__(self, t: FixedType, positions: int, c: int, tout: FixedType | None = None):
+        super().__init__([(t, positions * c)], (tout or t, c))
+        self.positions, self.c, self.tin = positions, c, t
+        self.latency = 1
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        x = self.inputs()
+        outs = []
+        for ch in range(self.c):
+            vals = [x[p * self.c + ch] for p in range(self.positions)]
+            while len(vals) > 1:
+                vals = [Mux(vals[i] >= vals[i + 1], vals[i], vals[i + 1])
+                        if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+            outs.append(requantize(vals[0], self.tin.frac, self.out_spec[0]))
+        self.out_regs(m, outs)
+        return m
+
+
+class WindowAvg(Unit):
+    """Average pool (count_include_pad): the exact window sum per channel times the constant
+    reciprocal code, requantized to the output type (frac = input frac + recip frac); two
+    registers (sum, output)."""
+
+    def __init__(self, tin: FixedType, positions: int, c: int, recip: int, recip_frac: int,
+                 tout: FixedType):
+        super().__init__([(tin, positions * c)], (tout, c))
+        self.positions, self.c, self.tin = positions, c, tin
+        self.recip, self.recip_frac = int(recip), int(recip_frac)
+        self.latency = 2
+        self.multipliers = c if self.recip & (self.recip - 1) else 0
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        x = self.inputs()
+        sums = [sum((Value.cast(x[p * self.c + ch]) for p in range(self.positions)),
+                    start=Const(0)) for ch in range(self.c)]
+        s = self.regs(m, sums, "s")
+        self.out_regs(m, [requantize(v * self.recip, self.tin.frac + self.recip_frac,
+                                     self.out_spec[0]) for v in s])
+        return m
+
+
+class ConcatWire(Unit):
+    """Channel concat of several tokens of the same type: wiring, latency 0."""
+
+    def __init__(self, t: FixedType, counts: Sequence[int]):
+        super().__init__([(t, n) for n in counts], (t, sum(counts)))
+        self.latency = 0
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        vals = [v for k in range(len(self.in_specs)) for v in self.inputs(k)]
+        self.drive_y(m, vals)
+        return m
+
+
+class ResizeUnit(SUnit):
+    """Nearest upsampling by (sh, sw) of an (H, W, C) frame: every input pixel is emitted
+    sw times in a row; a row buffer (block RAM) replays each input row sh - 1 more times.
+    Latency 1."""
+
+    def __init__(self, t: FixedType, h: int, w: int, c: int, sh: int, sw: int):
+        super().__init__([Tok(t, c, h * w)], Tok(t, c, h * w * sh * sw))
+        self.h, self.w, self.c, self.sh, self.sw = h, w, c, sh, sw
+        self.lat = 1
+
+    def steps(self) -> Iterator[Step]:
+        for _ in range(self.h):
+            for rep in range(self.sh):
+                for _c in range(self.w):
+                    for k in range(self.sw):
+                        yield (rep == 0 and k == 0,), True, 1
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "scales": [self.sh, self.sw],
+                "row_buffer": {"depth": self.w, "width": self.ins[0].width}}
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        en, port = self.en, self.i0
+        r = Signal(range(max(2, self.h)), name="r")
+        rep = Signal(range(max(2, self.sh)), name="rep")
+        c = Signal(range(max(2, self.w)), name="c")
+        k = Signal(range(max(2, self.sw)), name="k")
+        need = Signal(name="need")
+        m.d.comb += need.eq((rep == 0) & (k == 0))
+        fire = self._issue(m, [need], 0)
+        with m.If(fire):
+            with m.If(k == self.sw - 1):
+                m.d.sync += k.eq(0)
+                with m.If(c == self.w - 1):
+                    m.d.sync += c.eq(0)
+                    with m.If(rep == self.sh - 1):
+                        m.d.sync += [rep.eq(0), r.eq(Mux(r == self.h - 1, 0, r + 1))]
+                    with m.Else():
+                        m.d.sync += rep.eq(rep + 1)
+                with m.Else():
+                    m.d.sync += c.eq(c + 1)
+            with m.Else():
+                m.d.sync += k.eq(k + 1)
+        width = self.ins[0].width
+        hold = Signal(width, name="hold", reset_less=True)
+        with m.If(fire & need):
+            m.d.sync += hold.eq(port.payload)
+        if self.sh > 1:
+            mem = Memory(shape=width, depth=self.w, init=[], attrs={"ram_style": "block"})
+            m.submodules.row = mem
+            wp, rp = mem.write_port(), mem.read_port(domain="sync")
+            m.d.comb += [wp.addr.eq(c), wp.data.eq(port.payload), wp.en.eq(fire & need),
+                         rp.addr.eq(c), rp.en.eq(en)]
+            first = Signal(name="first_row", reset_less=True)
+            with m.If(en):
+                m.d.sync += first.eq(rep == 0)
+            m.d.comb += self.y.eq(Mux(first, hold, rp.data))
+        else:
+            m.d.comb += self.y.eq(hold)
+        m.d.comb += self.push.eq(en & self._delay(m, fire, 1, "v"))
+        return m
+
+
+class CollectUnit(SUnit):
+    """A frame of `pixels` tokens into one vector (pixel-major, channel-minor: the C order
+    of (H, W, C)); latency 1."""
+
+    def __init__(self, tin: Tok):
+        super().__init__([tin], Tok(tin.t, tin.elements * tin.per_frame, 1))
+        self.pixels = tin.per_frame
+        self.lat = 1
+
+    def steps(self) -> Iterator[Step]:
+        for i in range(self.pixels):
+            yield (True,), i == self.pixels - 1, 1
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        n, width = self.pixels, self.ins[0].width
+        cnt = Signal(range(max(2, n)), name="cnt")
+        fire = self._issue(m, [1], 0)
+        sr = [Signal(width, name=f"p{i}", reset_less=True) for i in range(n)]
+        done = Signal(name="done")
+        with m.If(fire):
+            m.d.sync += [sr[i].eq(sr[i + 1]) for i in range(n - 1)]
+            m.d.sync += [sr[n - 1].eq(self.i0.payload), cnt.eq(Mux(cnt == n - 1, 0, cnt + 1))]
+        with m.If(self.en):
+            m.d.sync += done.eq(fire & (cnt == n - 1))
+        m.d.comb += [self.y.eq(Cat(*sr)), self.push.eq(self.en & done)]
+        return m
+
+
+__all__ = ["CollectUnit", "ConcatWire", "Geometry", "MapUnit", "ResizeUnit", "SUnit", "Tok",
+           "WindowAvg", "WindowMax", "WindowUnit"]

@@ -1,0 +1,10 @@
+"""One circuit family per file: the units every model style instantiates.
+
+    base.py         Unit, the base class (ports, latency, the clock enable)
+    arith.py        fixed-point arithmetic as Amaranth expressions (the numeric contract)
+    dense.py        Dense: products or adder graph, fold, requantization
+    dense_fold.py   the stages of a folded Dense
+    netlist_text.py R = 1 Dense cores written as Verilog/RTLIL text
+    elementwise.py  element-wise ops, lookup tables, the parallel Softmax, wiring
+    softmax.py      the serial Softmax and the rule that picks it
+"""

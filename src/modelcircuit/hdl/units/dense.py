@@ -1,0 +1,456 @@
+"""Dense (MatMul/Gemm with constant weights), bias, fused ReLU and requantization.
+
+Numbers (reference.dense): products are exact; the sum is exact at the product's binary
+point, or the bias's if it has more fractional bits; then one requantization to the output
+type, then ReLU. Every partial sum is kept modulo 2**M with M = accumulator width + 1: two's
+complement arithmetic is exact modulo 2**M and the final sum fits in M signed bits (the
+accumulator type is computed from the weight and input ranges), so the result is exact.
+
+Registers follow the register schedule (hdl/plan/schedule.py: `Schedule`, `plan_stages`; the
+presets "latency", "area" and "fmax").
+
+R = 1: one term per non-zero weight (zero weights cost nothing, a power of two is a shift,
+anything else a constant multiplier), the bias as one more term, then the adder tree. With
+`csd_digits` > 0 ("fmax"), a constant of at most that many canonical signed digits is not a
+multiplier but that many shifted (and negated) copies of the input, leaves of the tree: no
+DSP, no separate multiplier logic, every stage at most `adder_levels` adders deep.
+
+R = 1, strategy "da" (`--strategy da`; "auto" picks per layer, hdl/flow/fit.py
+choose_strategy): no product at all. The weight matrix (pre-shifted to the sum's binary
+point) is one shared adder graph (hdl/plan/cmvm.py: CSD digits, two-term common subexpressions
+extracted across all outputs, a shallowest-first tree per output with the bias, plus the
+rounding's half for RND, as its constant). Each node is a signal of its exact width (at
+most M bits, modulo 2**M); a register goes after adder level d wherever plan_stages puts
+one (each level weighs 1), and a value read at a later stage is delayed by registers to
+it. Latency = registers planned + 1, II = 1, both known before elaboration.
+
+R = 1 core, two writers: `_core_parallel` / `_core_graph` build everything up to the sums
+(products or adder graph, the tree, their registers) through an "ops" object: on Amaranth
+values (`_AmaranthOps`: amaranth.sim, the FPGA flow) or, inside an export
+(hdl/export.convert), as Verilog and RTLIL text with the same value shapes
+(hdl/netlist_text.TextOps), one module instantiated here; the requantization after the sums
+is Amaranth either way.
+
+R > 1 (fold.Fold): the input vector is loaded into a rotating register and consumed in R_in
+chunks of c elements, one chunk per step, for each of R_out output groups of m outputs:
+c * m time-shared lanes. The coefficients of every multiplier lane for a step are one word
+of a ROM (`amaranth.lib.memory.Memory`, synchronous read; block RAM from the schedule's
+`rom_bram_depth` on: 16, "fmax" 128, shallower in LUTs) indexed by the step counter; its output and the chunk are registered twice more, the products
+twice (ECP5: yosys does not absorb registers into MULT18X18D, whose 3.9 ns combinational
+delay plus the long routes to and from the DSP columns otherwise set the clock; a product
+the device builds in logic is registered products of 2-bit coefficient slices summed before
+the second register, `split_k`), then a
+pipelined tree per output lane, then an accumulator that starts from the bias; at the end
+of a group the accumulators are requantized into that group's output registers. A new
+vector is accepted every R cycles (II = R, steps R_in * R_out <= R).
+Latency = steps + FOLD_STAGES (7, hdl/plan/schedule.py) + tree registers + requantization
+registers. The "area" preset (iCE40) and "latency" drop the extra coefficient and chunk
+registers and plan the product register with the adder tree (LEAN_FOLD_STAGES, 3, + the
+planned registers): on a small part every register fed by a register is a logic cell of
+its own.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal, Value, signed, unsigned
+
+from ...graphs.types import FixedType, Rounding
+from ..errors import HdlError
+from ..plan import cmvm
+from ..plan.cmvm import csd
+from ..plan.fold import fold_lanes, fold_shape, lane_kinds
+from ..plan.schedule import Schedule, plan_stages
+from . import netlist_text
+from .arith import fit, overflow, relu, shift_round
+from .base import Unit
+from .dense_fold import FoldStages
+
+# per layer: "mult" (a product per weight: DSPs, shifts, shift-add leaves) or "da" (R = 1:
+# one shared adder graph, hdl/plan/cmvm.py); "auto" is resolved per layer before lowering
+STRATEGIES = ("mult", "da")
+SPLIT_SLICE = 2  # bits of a coefficient slice in a split logic product ("fmax", folded)
+
+
+class _AmaranthOps:
+    """The operations a Dense core is built with (see `Dense._core`), on Amaranth values;
+    netlist_text.TextOps is the same interface writing Verilog text, with the same shapes."""
+
+    def __init__(self, unit: Unit, m: Module):
+        self.unit, self.m = unit, m
+
+    @staticmethod
+    def shape(v: Value) -> tuple[int, bool]:
+        s = Value.cast(v).shape()
+        return s.width, s.signed
+
+    @staticmethod
+    def const(value: int, width: int | None = None, is_signed: bool | None = None) -> Value:
+        if width is None:
+            return Const(value)
+        return Const(value, signed(width) if is_signed else unsigned(width))
+
+    @staticmethod
+    def shl(v: Value, k: int) -> Value:
+        return Value.cast(v) << k
+
+    @staticmethod
+    def neg(v: Value) -> Value:
+        return -Value.cast(v)
+
+    @staticmethod
+    def add(a: Value, b: Value) -> Value:
+        return Value.cast(a) + b
+
+    @staticmethod
+    def sub(a: Value, b: Value) -> Value:
+        return Value.cast(a) - b
+
+    @staticmethod
+    def mul(v: Value, c: int) -> Value:
+        return Value.cast(v) * c
+
+    @staticmethod
+    def fit(v: Value, width: int, is_signed: bool) -> Value:
+        return fit(v, width, is_signed)
+
+    def node(self, name: str, width: int, is_signed: bool, v: Value, keep: bool) -> Signal:
+        sig = Signal(signed(width) if is_signed else unsigned(width), name=name,
+                     attrs={"keep": 1} if keep else {})
+        self.m.d.comb += sig.eq(v)
+        return sig
+
+    def regs(self, values: list[Value], name: str) -> list[Signal]:
+        return self.unit.regs(self.m, values, name)
+
+
+_Ops = _AmaranthOps | netlist_text.TextOps
+
+
+def tree_levels(n_terms: int) -> int:
+    return max(0, math.ceil(math.log2(n_terms))) if n_terms > 1 else 0
+
+
+class Dense(FoldStages, Unit):
+    def __init__(self, tx: FixedType, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
+                 tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
+                 reuse: int = 1, adder_levels: int = 4, schedule: Schedule | None = None,
+                 strategy: str = "mult"):
+        w = np.asarray(w, dtype=np.int64)
+        self.n_in, self.n_out = w.shape
+        super().__init__([(tx, self.n_in)], (tout, self.n_out))
+        self.tx, self.w, self.tw, self.tout, self.relu_ = tx, w, tw, tout, bool(relu)
+        self.pipe = schedule or Schedule(int(adder_levels))
+        self.adder_levels = int(adder_levels)
+        frac = tx.frac + tw.frac
+        self.frac = max(frac, tb.frac) if b is not None and tb is not None else frac
+        self.p_shift = self.frac - frac
+        self.bias = ([0] * self.n_out if b is None else
+                     [int(v) << (self.frac - tb.frac) for v in np.asarray(b).reshape(-1)])
+        self.mod = acc.width + 1
+        self.reuse = int(reuse)
+        self.ii = self.reuse
+        rq = [self.pipe.requant_levels] * 2  # rounding, overflow + ReLU
+        if strategy not in STRATEGIES:
+            raise HdlError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        # adder graphs at R = 1 only: a folded layer time-shares its multipliers
+        self.strategy = "da" if strategy == "da" and self.reuse == 1 else "mult"
+        if self.strategy == "da":
+            self._plan_graph(w, rq)
+        elif self.reuse == 1:
+            self._plan_parallel(w, rq)
+        else:
+            self._plan_folded(w, rq)
+
+    def _plan_parallel(self, w: np.ndarray, rq: list[int]) -> None:
+        """R = 1: which weights are multipliers, shifts or shift-add leaves; the tree depth
+        and where its registers go."""
+        L = self.adder_levels
+        nz = w != 0
+        p2 = nz & ((np.abs(w) & (np.abs(w) - 1)) == 0)
+        # constants with few signed digits become shift-add leaves of the adder tree
+        ndig = np.vectorize(lambda v: len(csd(v)), otypes=[np.int64])(w)
+        sa = nz & ~p2 & (ndig <= self.pipe.csd_digits)
+        self.shift_add = sa
+        self.multipliers, self.shifts = int((nz & ~p2 & ~sa).sum()), int(p2.sum())
+        leaves = np.where(sa, ndig, nz.astype(np.int64))
+        terms = [int(leaves[:, j].sum()) + (self.bias[j] != 0) for j in range(self.n_out)]
+        self.levels = max([tree_levels(t) for t in terms] + [0])
+        mw = self.pipe.mul_levels
+        if mw is None:
+            # a negated leaf (-x << k) is a carry chain of its own: one level
+            neg = bool(((w < 0) & (p2 | sa)).any())
+            mw = L if self.multipliers else int(neg)
+        self.stage_regs = plan_stages([mw] + [1] * self.levels + rq, L)
+        self.latency = sum(self.stage_regs) + 1
+
+    def _plan_graph(self, w: np.ndarray, rq: list[int]) -> None:
+        """R = 1 as one shared adder graph (hdl/plan/cmvm.py): the weights pre-shifted to the
+        sum's binary point, the bias (plus the rounding's half for RND: one adder fewer per
+        output) as each column's constant, widths modulo 2**M. A register after every
+        adder level where the schedule puts one (plan_stages: each level weighs 1)."""
+        tx = self.tx
+        lo = -(1 << (tx.width - 1)) if tx.signed else 0  # every code the port can carry
+        hi = (1 << (tx.width - (1 if tx.signed else 0))) - 1
+        s = self.frac - self.tout.frac
+        self.round_trn = self.tout.rounding == Rounding.RND and s > 0
+        bias = [b + ((1 << (s - 1)) if self.round_trn else 0) for b in self.bias]
+        self.graph = cmvm.optimize(np.asarray(w, dtype=np.int64) << self.p_shift,
+                                   [lo] * self.n_in, [hi] * self.n_in, bias, cap=self.mod)
+        self.multipliers = self.shifts = 0
+        self.levels = self.graph.depth
+        self.stage_regs = plan_stages([1] * self.levels + rq, self.adder_levels)
+        self.latency = sum(self.stage_regs) + 1
+
+    def _plan_folded(self, w: np.ndarray, rq: list[int]) -> None:
+        """R > 1: the fold, its lanes (shift or multiplier) and coefficient ROM, and where
+        the registers go."""
+        L = self.adder_levels
+        self.fold = f = fold_shape(self.n_in, self.n_out, self.reuse)
+        self.r_in, self.c = f.r_in, f.c
+        lanes = fold_lanes(w, f)  # (steps, c, m)
+        kinds = lane_kinds(lanes)
+        self.lanes = {(t, j): ([int(v) for v in lanes[:, t, j]],
+                               "shift" if kinds[t, j] == 1 else "mul")
+                      for t in range(f.c) for j in range(f.m) if kinds[t, j]}
+        self.multipliers = sum(1 for v in self.lanes.values() if v[1] == "mul")
+        self.shifts = sum(1 for v in self.lanes.values() if v[1] == "shift")
+        self.levels = tree_levels(f.c)
+        if self.pipe.lean:  # product, tree levels, accumulate: registers as planned
+            flags = plan_stages([self.pipe.mul_levels or L] + [1] * self.levels + [1], L)
+            self.prod_reg, self.tree_flags = flags[0], flags[1:1 + self.levels]
+        else:  # products registered twice (DSP out, then near the tree)
+            self.prod_reg = True
+            self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
+        self.tree_regs = sum(self.tree_flags) + (self.pipe.lean and self.prod_reg)
+        self.rq_flags = plan_stages(rq, L)
+        self.latency = (f.steps + self.pipe.fold_stages + self.tree_regs
+                        + sum(self.rq_flags))
+        mul_lanes = [v[0] for v in self.lanes.values() if v[1] == "mul"]
+        self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
+        self.rom_width = self.cw * len(mul_lanes)
+        self.rom_depth = f.steps if mul_lanes else 0
+        self.rom_block = self.rom_depth >= self.pipe.rom_bram_depth
+        # products the device builds in logic, with a second product register to spare:
+        # split over 2-bit slices of the coefficient (dense_fold._fold_products: each
+        # x * slice is one adder, its AND in the carry chain's own LUTs; the slices are
+        # summed in the next stage)
+        soft = self.pipe.soft_width
+        self.split_k = (SPLIT_SLICE if mul_lanes and not self.pipe.lean and self.prod_reg
+                        and self.cw >= 2 * SPLIT_SLICE and max(self.cw, self.tx.width) <= soft
+                        else 0)
+
+    def describe(self) -> dict[str, object]:
+        d = super().describe()
+        d["adder_levels"] = self.adder_levels
+        d["strategy"] = self.strategy
+        if self.strategy == "da":
+            d["adder_graph"] = {"adders": len(self.graph.adders()), "depth": self.levels,
+                                "chain_bits": sum(self.graph.chain_bits(i)
+                                                  for i in self.graph.adders())}
+        elif self.reuse == 1:
+            d["shift_add"] = int(self.shift_add.sum())
+        if self.reuse > 1:
+            f = self.fold
+            d["fold"] = {"r_in": f.r_in, "c": f.c, "r_out": f.r_out, "m": f.m,
+                         "steps": f.steps, "rom": {"depth": self.rom_depth,
+                                                   "width": self.rom_width,
+                                                   "style": "block" if self.rom_block
+                                                   else "logic"}}
+        return d
+
+    # -- shared pieces -------------------------------------------------------------------
+    def _amaranth_ops(self, m: Module) -> _AmaranthOps:
+        """The ops writer that builds Amaranth values into m (the folded stages use it too)."""
+        return _AmaranthOps(self, m)
+
+    def _wrap(self, ops: _Ops, v: object) -> object:
+        """v modulo 2**M, signed (only where it is wider or unsigned)."""
+        width, is_signed = ops.shape(v)
+        return ops.fit(v, self.mod, True) if width > self.mod or not is_signed else v
+
+    def _tree(self, ops: _Ops, cols: list[list[object]], flags: list[bool],
+              carry: list[object]) -> tuple[list[object], list[object]]:
+        """Reduce each column to one value, registering all columns (and `carry`) after
+        adder level i when flags[i]. Returns (sums, carry)."""
+        cols = [c if c else [ops.const(0, 2, True)] for c in cols]
+        for lvl in range(self.levels):
+            cols = [[self._wrap(ops, ops.add(c[i], c[i + 1])) if i + 1 < len(c) else c[i]
+                     for i in range(0, len(c), 2)] for c in cols]
+            if flags[lvl]:
+                flat = [v for c in cols for v in c]
+                r = ops.regs(flat + carry, f"t{lvl}_")
+                it = iter(r[:len(flat)])
+                cols = [[next(it) for _ in c] for c in cols]
+                carry = r[len(flat):]
+        assert all(len(c) == 1 for c in cols)
+        return [c[0] for c in cols], carry
+
+    def _round(self, v: Value) -> Value:
+        return shift_round(v, self.frac - self.tout.frac, self.tout.rounding)
+
+    @staticmethod
+    def _named(m: Module, vals: list[Value], name: str) -> list[Value]:
+        """Within an export (netlist_text.text_cores), each value as a named signal: Amaranth
+        emits an expression's cells once per use, and the requantization reads each value
+        two or three times (6 shifters per output instead of 1; the export's netlist build
+        is then mostly these). Elsewhere the values as they are (the old netlist)."""
+        if netlist_text.active() is None:
+            return vals
+        out = [Signal(Value.cast(v).shape(), name=f"{name}{i}") for i, v in enumerate(vals)]
+        m.d.comb += [s.eq(v) for s, v in zip(out, vals, strict=True)]
+        return out
+
+    def _finish(self, m: Module, vals: list[Value]) -> list[Value]:
+        """Overflow, then ReLU."""
+        ys = self._named(m, [overflow(v, self.tout) for v in vals], "ov")
+        return [relu(y) if self.relu_ else y for y in ys]
+
+    def _requant(self, m: Module, vals: list[Value], round_reg: bool,
+                 carry: list[Value]) -> tuple[list[Value], list[Value]]:
+        """Round, (register), overflow + ReLU. Returns (outputs, carry)."""
+        r = self._named(m, [self._round(fit(v, self.mod, True)) for v in vals], "rd")
+        if round_reg:
+            regd = self.regs(m, r + carry, "rq")
+            r, carry = regd[:len(r)], regd[len(r):]
+        return self._finish(m, r), carry
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        if self.strategy == "da":
+            self._graph(m)
+        elif self.reuse == 1:
+            self._parallel(m)
+        else:
+            self._folded(m)
+        return m
+
+    def _core(self, m: Module) -> list[Value]:
+        """R = 1: the products or adder graph and the tree, up to the sums (before the
+        requantization), registers as planned. In Amaranth, or, inside an export's
+        netlist_text.text_cores block, as a Verilog text module (the same circuit, written
+        from the same code through netlist_text.TextOps) instantiated here."""
+        build = self._core_graph if self.strategy == "da" else self._core_parallel
+        cores = netlist_text.active()
+        if cores is None:
+            return [Value.cast(v) for v in build(self._amaranth_ops(m), self.inputs())]
+        t = self.tx
+        ops = netlist_text.TextOps(len(self.x0))
+        sums = build(ops, [ops.input(i * t.width, t.width, t.signed) for i in range(self.n_in)])
+        name = cores.add(ops, sums, self.mod)
+        s = Signal(self.mod * self.n_out, name="core_s")
+        m.submodules.core = Instance(name, i_clk=ClockSignal("sync"), i_en=self.en,
+                                     i_x=self.x0, o_s=s)
+        return [s[j * self.mod:(j + 1) * self.mod].as_signed() for j in range(self.n_out)]
+
+    def _const_mul(self, ops: _Ops, x: object, c: int) -> object | None:
+        """x * c as arith.const_mul: None for 0, a shift (and negation) for a power of two,
+        a multiplier otherwise."""
+        if c == 0:
+            return None
+        a = abs(c)
+        if a & (a - 1) == 0:
+            y = ops.shl(x, a.bit_length() - 1)
+            return ops.neg(y) if c < 0 else y
+        return ops.mul(x, c)
+
+    def _core_parallel(self, ops: _Ops, x: list[object]) -> list[object]:
+        """R = 1, products: one term per non-zero weight (shift-add leaves, shifts or
+        constant products) and the bias, the product registers, the adder tree."""
+        cols: list[list[object]] = []
+        for j in range(self.n_out):
+            terms = []
+            for i in range(self.n_in):
+                if self.shift_add[i, j]:
+                    for d, k in csd(int(self.w[i, j])):
+                        v = ops.shl(x[i], k + self.p_shift)
+                        terms.append(self._wrap(ops, v if d > 0 else ops.neg(v)))
+                    continue
+                p = self._const_mul(ops, x[i], int(self.w[i, j]))
+                if p is not None:
+                    terms.append(self._wrap(ops, ops.shl(p, self.p_shift)))
+            if self.bias[j]:
+                terms.append(self._wrap(ops, ops.const(self.bias[j])))
+            cols.append(terms)
+        flags = self.stage_regs
+        if flags[0]:  # the products alone in their stage
+            flat = [v for c in cols for v in c]
+            it = iter(ops.regs(flat, "p"))
+            cols = [[next(it) for _ in c] for c in cols]
+        sums, _ = self._tree(ops, cols, flags[1:1 + self.levels], [])
+        return sums
+
+    def _parallel(self, m: Module) -> None:
+        sums = self._core(m)
+        outs, _ = self._requant(m, sums, self.stage_regs[1 + self.levels], [])
+        self.out_regs(m, outs)
+
+    def _core_graph(self, ops: _Ops, x: list[object]) -> list[object]:
+        """The adder graph, node by node (one signal each, its exact width or M bits), each
+        value delayed by registers to the stage of every level that reads it."""
+        g, flags = self.graph, self.stage_regs
+        pre = [0]
+        for f in flags:
+            pre.append(pre[-1] + int(f))
+        vals: dict[tuple[int, int], object] = {}  # (node, stage) -> value in that stage
+
+        def at(i: int, stage: int) -> object:
+            v = vals.get((i, stage))
+            if v is None:
+                v = ops.regs([at(i, stage - 1)], f"n{i}s{stage}_")[0]
+                vals[(i, stage)] = v
+            return v
+
+        for i, nd in enumerate(g.nodes):
+            home = pre[nd.depth - 1] if nd.depth else 0
+            if nd.kind == "in":
+                vals[(i, 0)] = x[nd.a]
+                continue
+            if nd.kind == "const":
+                vals[(i, 0)] = ops.const(nd.c)
+                continue
+            width = g.node_width(i)
+            # keep: yosys would otherwise merge chains of adds into one $macc, mapped as a
+            # carry-save tree of LUT4s (a + b + c on ECP5: 9 CCU2C + 97 LUT4 merged,
+            # 27 CCU2C kept); each node stays its own carry chain
+            a = at(nd.a, home)
+            if nd.kind == "neg":
+                v = ops.neg(a)
+            else:
+                a, b = ops.shl(a, nd.sa), ops.shl(at(nd.b, home), nd.sb)
+                v = ops.add(a, b) if nd.sign > 0 else ops.sub(a, b)
+            vals[(i, home)] = ops.node(f"n{i}", width, nd.lo < 0 or width < nd.width, v,
+                                       keep=True)
+        stage = pre[self.levels]
+        return [ops.const(0, 1, False) if o is None else ops.shl(at(o[0], stage), o[1])
+                for o in g.outputs]
+
+    def _graph(self, m: Module) -> None:
+        sums = self._core(m)
+        r = self._named(m, [shift_round(fit(v, self.mod, True), self.frac - self.tout.frac,
+                                        Rounding.TRN if self.round_trn else self.tout.rounding)
+                            for v in sums], "rd")
+        if self.stage_regs[self.levels]:
+            r = self.regs(m, r, "rq")
+        self.out_regs(m, self._finish(m, r))
+
+    def _folded(self, m: Module) -> None:
+        f = self.fold
+        sr, k, g, s, run = self._fold_issue(m)
+        # control travels with the data: first chunk of a group, last chunk, group
+        first = Signal(name="first")
+        last = Signal(name="last")
+        m.d.comb += [first.eq(k == 0), last.eq(run & (k == f.r_in - 1))]
+        ctrl = [first, last, g]
+        # -- stage 1: ROM read (synchronous) and chunk register --------------------------
+        mul_keys = [key for key, (_, kind) in sorted(self.lanes.items()) if kind == "mul"]
+        data = self._fold_rom(m, mul_keys, s) if mul_keys else None
+        xa = self.regs(m, sr[:f.c] + ctrl, "xa")
+        xs, ctrl, coef = self._fold_operands(m, xa, data, mul_keys)
+        cols, ctrl = self._fold_products(m, xs, coef, ctrl)
+        # -- adder tree, then the accumulator (which starts from the bias) ---------------
+        sums, ctrl = self._tree(self._amaranth_ops(m), cols, self.tree_flags, ctrl)
+        acc, cap = self._fold_accumulate(m, sums, ctrl)
+        self._fold_outputs(m, acc, cap)

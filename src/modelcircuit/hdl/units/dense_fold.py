@@ -1,0 +1,178 @@
+"""The stages of a folded Dense (R > 1; the schedule and numbers are in hdl/units/dense.py's
+docstring): the input rotation and step counters, the coefficient ROM, the operand and
+product registers, the accumulator and the per-group output registers. Apart from
+dense.py because the fully parallel cores (and their text twins, hdl/units/netlist_text.py)
+are a different circuit; `Dense._folded` strings these stages together."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib.memory import Memory
+
+from .arith import const_mul, fit, shape_of
+
+
+class FoldStages:
+    """Mixed into Dense: every method reads the plan Dense._plan_folded made (self.fold,
+    self.lanes, self.cw, self.rom_*, the register flags) and Unit's regs/out_regs."""
+
+    def _fold_issue(self, m: Module) -> tuple[list[Signal], Signal, Signal, Signal, Signal]:
+        """The input rotation and the step counters (issue stage): the rotating register,
+        chunk k, group g, step s, run."""
+        f = self.fold
+        x = self.inputs()
+        n = f.r_in * f.c
+        en = self.en
+        sr = [Signal(shape_of(self.tx), name=f"sr{i}", reset_less=True) for i in range(n)]
+        k = Signal(range(max(2, f.r_in)), name="k")
+        g = Signal(range(max(2, f.r_out)), name="g")
+        s = Signal(range(max(2, f.steps)), name="s")
+        run = Signal(name="run")
+        with m.If(en):
+            with m.If(self.start):
+                m.d.sync += [sr[i].eq(x[i] if i < self.n_in else 0) for i in range(n)]
+                m.d.sync += [k.eq(0), g.eq(0), s.eq(0), run.eq(1)]
+            with m.Else():
+                m.d.sync += [sr[i].eq(sr[(i + f.c) % n]) for i in range(n)]
+                with m.If(run):
+                    m.d.sync += [k.eq(k + 1), s.eq(s + 1)]
+                    with m.If(k == f.r_in - 1):
+                        m.d.sync += [k.eq(0), g.eq(g + 1)]
+                        with m.If(g == f.r_out - 1):
+                            m.d.sync += [run.eq(0), g.eq(0), s.eq(0)]
+        return sr, k, g, s, run
+
+    def _fold_rom(self, m: Module, mul_keys: list[tuple[int, int]], s: Signal) -> Value:
+        """The coefficient ROM: one word per step, every multiplier lane's coefficient in
+        it; read synchronously at step s. Returns the read data."""
+        f = self.fold
+        words = []
+        for st in range(f.steps):
+            word = 0
+            for li, key in enumerate(mul_keys):
+                word |= (self.lanes[key][0][st] & ((1 << self.cw) - 1)) << (li * self.cw)
+            words.append(word)
+        attrs = {"ram_style": "block" if self.rom_block else "logic"}
+        rom = Memory(shape=unsigned(self.rom_width), depth=f.steps, init=words,
+                     attrs=attrs)
+        m.submodules.rom = rom
+        if self.rom_block or self.pipe.lean:
+            rp = rom.read_port(domain="sync")
+            m.d.comb += [rp.addr.eq(s), rp.en.eq(self.en)]
+            return rp.data
+        # in LUTs with the extra fold registers: the address registered (a copy of s) and
+        # read combinationally, the same timing as a synchronous read; yosys would
+        # otherwise read the LUT ROM at s's next value, its counter logic on the path
+        ra = Signal.like(s, name="rom_a")
+        with m.If(self.en):
+            m.d.sync += ra.eq(s)
+        rp = rom.read_port(domain="comb")
+        m.d.comb += rp.addr.eq(ra)
+        return rp.data
+
+    def _fold_operands(self, m: Module, xa: list[Signal], data: Value | None,
+                       mul_keys: list[tuple[int, int]]
+                       ) -> tuple[list[Value], list[Value], dict[tuple[int, int], Value]]:
+        """Stages 2-3: coefficients and chunk registered twice more (block RAM clock-to-out,
+        and room for the placer to reach the DSP columns), not with a lean schedule.
+        Returns (chunk, control, coefficient per multiplier lane)."""
+        f = self.fold
+        lean = self.pipe.lean
+        coef: dict[tuple[int, int], Value] = {}
+        if mul_keys:
+            cw = data if lean else self.regs(m, self.regs(m, [data], "coef")[:1], "coefd")[0]
+            for li, key in enumerate(mul_keys):
+                coef[key] = cw[li * self.cw:(li + 1) * self.cw].as_signed()
+        xb = xa if lean else self.regs(m, self.regs(m, xa, "xb"), "xc")
+        return xb[:f.c], xb[f.c:], coef
+
+    def _slice_products(self, x: Value, c: Value) -> list[Value]:
+        """x * (slice i of the signed coefficient c, at bit 0) for each `split_k`-bit slice:
+        a sum of x << b where bit b of the slice is set, subtracted for c's sign bit (two's
+        complement). Written as selects and one adder per slice rather than a `*`: yosys
+        builds a signed-by-unsigned product with sign corrections, two more logic levels."""
+        k, out = self.split_k, []
+        for lo in range(0, self.cw, k):
+            acc: Value | None = None
+            for b in range(lo, min(lo + k, self.cw)):
+                term = Mux(c[b], x << (b - lo), 0)
+                if acc is None:
+                    acc = -term if b == self.cw - 1 else term
+                else:
+                    acc = acc - term if b == self.cw - 1 else acc + term
+            out.append(acc)
+        return out
+
+    def _fold_products(self, m: Module, xs: list[Value], coef: dict[tuple[int, int], Value],
+                       ctrl: list[Value]) -> tuple[list[list[Value]], list[Value]]:
+        """Stage 4: the lanes' products, registered twice (DSP out, then near the tree; lean:
+        as planned). Returns (the products per output lane, control)."""
+        f = self.fold
+        cols: list[list[Value]] = [[] for _ in range(f.m)]
+        keys = sorted(self.lanes)
+        ops = self._amaranth_ops(m)
+        parts: list[list[Value]] = []  # per lane: its product, or its slices' products
+        for (t, j) in keys:
+            col, kind = self.lanes[(t, j)]
+            if kind == "shift":
+                parts.append([const_mul(xs[t], col[0])[0] << self.p_shift])
+            elif self.split_k:  # x * c = sum over slices i of x * c[i*k:(i+1)*k] << i*k
+                parts.append(self._slice_products(xs[t], coef[(t, j)]))
+            else:
+                parts.append([xs[t] * coef[(t, j)] << self.p_shift])
+        if not self.split_k:
+            pr = [self._wrap(ops, p[0]) for p in parts] + ctrl
+            if self.prod_reg:
+                pr = self.regs(m, pr, "p")
+        else:  # slices' products registered, summed before the second product register
+            flat = self.regs(m, [v for p in parts for v in p] + ctrl, "p")
+            it = iter(flat)
+            pr = []
+            for p in parts:
+                vs = [next(it) for _ in p]
+                v = vs[0]
+                for i, u in enumerate(vs[1:], 1):
+                    v = v + (u << (i * self.split_k))
+                pr.append(self._wrap(ops, v if len(vs) == 1 else v << self.p_shift))
+            pr += list(it)
+        if not self.pipe.lean:
+            pr = self.regs(m, pr, "pd")
+        for (_t, j), v in zip(keys, pr[:len(keys)], strict=True):
+            cols[j].append(v)
+        return cols, pr[len(keys):]
+
+    def _fold_accumulate(self, m: Module, sums: list[Value], ctrl: list[Value]
+                         ) -> tuple[list[Signal], list[Signal]]:
+        """The accumulators, each starting from its output's bias on a group's first chunk.
+        Returns (accumulators, the registered (last chunk, group) that captures them)."""
+        f = self.fold
+        fst, lst, gg = ctrl
+        biases = [[self.bias[gi * f.m + j] if gi * f.m + j < self.n_out else 0
+                   for j in range(f.m)] for gi in range(f.r_out)]
+        if f.r_out == 1:
+            bsel: list[Value] = [Const(b) for b in biases[0]]
+        else:
+            bsel = [Signal(signed(self.mod), name=f"bias{j}") for j in range(f.m)]
+            with m.Switch(gg):
+                for gi in range(f.r_out):
+                    with m.Case(gi):
+                        m.d.comb += [bsel[j].eq(biases[gi][j]) for j in range(f.m)]
+        acc = [Signal(signed(self.mod), name=f"acc{j}", reset_less=True) for j in range(f.m)]
+        with m.If(self.en):
+            m.d.sync += [acc[j].eq(fit(Mux(fst, bsel[j], acc[j]) + sums[j], self.mod, True))
+                         for j in range(f.m)]
+        return acc, self.regs(m, [lst, gg], "cap")
+
+    def _fold_outputs(self, m: Module, acc: list[Signal], cap: list[Signal]) -> None:
+        """Requantization into the group's output registers, which drive y."""
+        f = self.fold
+        outs, (cap_v, cap_g) = self._requant(m, list(acc), self.rq_flags[0], cap)
+        t = self.tout
+        y = [Signal(shape_of(t), name=f"y{j}", reset_less=True) for j in range(self.n_out)]
+        en = self.en
+        for gi in range(f.r_out):
+            write = en & cap_v & (cap_g == gi) if f.r_out > 1 else en & cap_v
+            with m.If(write):
+                m.d.sync += [y[gi * f.m + j].eq(fit(outs[j], t.width, t.signed))
+                             for j in range(f.m) if gi * f.m + j < self.n_out]
+        self.drive_y(m, y)
