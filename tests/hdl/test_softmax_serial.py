@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 
 from modelcircuit.graphs.ir import Node
 from modelcircuit.graphs.ops import SoftmaxAttrs
+from modelcircuit.hdl.units.base import circuit
 from modelcircuit.hdl.units.softmax import (
     SoftmaxSerial,
     serial_ii,
@@ -77,7 +78,7 @@ def _run_unit(u: SoftmaxSerial, x: np.ndarray, stall: float, seed: int) -> np.nd
                 k += 1
             await ctx.tick()
 
-    sim = Simulator(u)
+    sim = Simulator(circuit(u))
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
