@@ -24,9 +24,9 @@ from modelcircuit.hdl.units.softmax import (
 )
 from modelcircuit.sim import rtl
 
-from .helpers import T, check, compiled_from, extremes, golden
+from ..helpers import T, check, compiled_from, extremes, golden
 
-MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models"
+MODELS = Path(__file__).resolve().parents[3].parent / "shared" / "models"
 CONV2D = MODELS / "conv2d_small_keras.onnx"
 JET = MODELS / "qkeras_jettagging.onnx"
 
