@@ -38,7 +38,7 @@ from benchio import write_json
 from onnx import TensorProto, helper, numpy_helper
 
 import modelcircuit as mc
-from modelcircuit.graphs import host, reference
+from modelcircuit.graphs import host
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT.parent / "shared" / "models"
@@ -174,7 +174,7 @@ def measure(cases, seconds: float) -> dict[str, dict[str, float]]:
 def compete(paths: dict[str, Path]) -> None:
     """The competing process: golden runs of every model at 64 rows, forever."""
     cs = []
-    for name, p in paths.items():
+    for p in paths.values():
         c = mc.compile(mc.load_onnx(p), precision="fixed<16,6>")
         cs.append((c, np.random.default_rng(1).standard_normal((64, *host.input_shape(c)))
                    .astype(np.float32)))
