@@ -11,9 +11,10 @@ products summed over the fan-in pass 2**24) and fixed<8,3> (float32 GEMMs).
 golden = modelcircuit.run(compiled, x) (float in, float out: quantize, layers, decode), one call
 per batch; onnxruntime = the float32 model, one intra-op thread, the same batch in one call.
 Each is timed as the median of repeated calls (a shared machine: the median, not the best,
-says what a user sees). Then the same with a competing process started by this script (a
-second golden loop, `--compete`, with the process's default BLAS threads): the slowdown
-factor is busy median / idle median. Ratios are measured side by side in one run; absolute
+says what a user sees), idle and beside a competing process started by this script (a second
+golden loop, `--compete`, with the process's default BLAS threads), in alternating rounds
+(the competitor stopped, then continued) so both phases see the same background load: the
+slowdown factor is busy median / idle median. Ratios are measured side by side in one run; absolute
 times on a shared machine mean little. Prints a table and writes JSON.
 
 Run: .venv/bin/python bench/golden.py [--json FILE] [--batches 64,256] [--models a,b]
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -123,16 +125,16 @@ def model_paths(tmp: Path) -> dict[str, Path]:
 
 
 # -- timing ------------------------------------------------------------------------------
-def median_time(fn, seconds: float) -> float:
-    """Median seconds per call over at least 5 calls and about `seconds` of calls."""
+def call_times(fn, seconds: float) -> list[float]:
+    """Seconds of each call over at least 3 calls and about `seconds` of calls."""
     fn()  # warm: caches, first-call allocations
     times: list[float] = []
     t_end = time.perf_counter() + seconds
-    while len(times) < 5 or time.perf_counter() < t_end:
+    while len(times) < 3 or time.perf_counter() < t_end:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times
 
 
 def ort_session(path: Path) -> ort.InferenceSession:
@@ -161,14 +163,32 @@ def arithmetic_of(c) -> str:
     return " ".join(f"{k}x{v}" for k, v in sorted(counts.items()))
 
 
-def measure(cases, seconds: float) -> dict[str, dict[str, float]]:
-    out = {}
+def measure(cases, seconds: float, competitor: subprocess.Popen | None
+            ) -> tuple[dict, dict]:
+    """Per case, median seconds per call of golden and onnxruntime: idle (the competitor
+    stopped) and busy (running), in alternating rounds so that both phases see the same
+    background load of the machine."""
+    idle: dict = {}
+    busy: dict = {}
+    rounds = 3 if competitor else 1
     for key, (c, sess, x) in cases.items():
         name = sess.get_inputs()[0].name
-        t_g = median_time(lambda c=c, x=x: mc.run(c, x), seconds)
-        t_o = median_time(lambda s=sess, n=name, x=x: s.run(None, {n: x}), seconds)
-        out[key] = {"golden_s": t_g, "ort_s": t_o}
-    return out
+        fns = {"golden_s": lambda c=c, x=x: mc.run(c, x),
+               "ort_s": lambda s=sess, n=name, x=x: s.run(None, {n: x})}
+        times: dict = {ph: {k: [] for k in fns} for ph in ("idle", "busy")}
+        for _ in range(rounds):
+            for ph in ("idle", "busy") if competitor else ("idle",):
+                if competitor:
+                    competitor.send_signal(signal.SIGCONT if ph == "busy" else signal.SIGSTOP)
+                    time.sleep(0.05)
+                for k, fn in fns.items():
+                    times[ph][k].extend(call_times(fn, seconds / rounds))
+        idle[key] = {k: statistics.median(v) for k, v in times["idle"].items()}
+        if competitor:
+            busy[key] = {k: statistics.median(v) for k, v in times["busy"].items()}
+    if competitor:
+        competitor.send_signal(signal.SIGCONT)
+    return idle, busy
 
 
 def compete(paths: dict[str, Path]) -> None:
@@ -178,6 +198,7 @@ def compete(paths: dict[str, Path]) -> None:
         c = mc.compile(mc.load_onnx(p), precision="fixed<16,6>")
         cs.append((c, np.random.default_rng(1).standard_normal((64, *host.input_shape(c)))
                    .astype(np.float32)))
+    print("ready", flush=True)
     while True:
         for c, x in cs:
             mc.run(c, x)
@@ -214,7 +235,7 @@ def main() -> int:
     ap.add_argument("--batches", default="64,256")
     ap.add_argument("--models", default="jet_tagger,autoencoder,digits_cnn,resnet8")
     ap.add_argument("--precisions", default="fixed<16,6>;fixed<8,3>")
-    ap.add_argument("--seconds", type=float, default=0.4, help="timing per case and phase")
+    ap.add_argument("--seconds", type=float, default=0.6, help="timing per case and phase")
     ap.add_argument("--no-busy", action="store_true", help="skip the competing-process phase")
     ap.add_argument("--compete", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -242,16 +263,15 @@ def main() -> int:
                     else x
                 cases[(m, prec, b)] = (c, sess, x)
                 info[(m, prec, b)] = arithmetic_of(c)
-    idle = measure(cases, a.seconds)
-    busy = {}
+    proc = None
     if not a.no_busy:
-        env = dict(os.environ)
-        proc = subprocess.Popen([sys.executable, __file__, "--compete"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            time.sleep(3.0)  # the competitor compiles its models, then loops
-            busy = measure(cases, a.seconds)
-        finally:
+        proc = subprocess.Popen([sys.executable, __file__, "--compete"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        proc.stdout.readline()  # "ready": its models are compiled, it loops from now on
+    try:
+        idle, busy = measure(cases, a.seconds, proc)
+    finally:
+        if proc is not None:
             proc.kill()
             proc.wait()
     rows = []
