@@ -187,6 +187,18 @@ def gpu_available() -> bool:
         return False
 
 
+def pytest_configure(config):  # noqa: ANN001
+    """BLAS threads: each test process gets its share of the cores it was given (pytest -n N:
+    cores // N, at least one), never OpenBLAS's one thread per core in every worker. A
+    user's OPENBLAS_NUM_THREADS / OMP_NUM_THREADS still applies where it asks for fewer."""
+    import os
+
+    from modelcircuit.graphs.threads import cores_given, limit_process
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    limit_process(max(1, cores_given() // max(workers, 1)))
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001
     if gpu_available():
         return

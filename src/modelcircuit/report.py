@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from .graphs.analysis.cost import ledger, totals
+from .graphs.arithmetic import plan as arithmetic_plan
 from .graphs.ir import Graph
 from .graphs.ops import attrs
 from .graphs.profiles import get_profile
 from .util.templating import environment
 
-COLUMNS = ["node", "op", "in_shape", "out_shape", "out_type", "flops", "bytes", "multipliers",
-           "reuse", "cycles", "predicted_us"]
+COLUMNS = ["node", "op", "in_shape", "out_shape", "out_type", "golden_gemm", "flops", "bytes",
+           "multipliers", "reuse", "cycles", "predicted_us"]
 
 
 def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
@@ -23,6 +24,7 @@ def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
             hdl_layers[layer.get("node")] = layer
     rows = []
     costs = ledger(g, prof)
+    arith = arithmetic_plan(g)  # how the golden model sums each fixed-point Dense/Conv
     for n, c in zip(g.nodes, costs, strict=True):
         acts = g.activations(n)
         layer = hdl_layers.get(n.name, {})
@@ -34,6 +36,7 @@ def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
             "in_type": str(g.tensor(acts[0]).dtype) if acts else "",
             "out_type": str(g.tensor(n.outputs[0]).dtype),
             "acc_type": str(at.acc) if getattr(at, "acc", None) is not None else "",
+            "golden_gemm": str(arith[n.name]) if n.name in arith else "",
             "flops": c.flops, "bytes": c.bytes,
             "multipliers": layer.get("multipliers", c.multipliers),
             "shifts": c.shifts, "zero_weights": c.zero_weights,

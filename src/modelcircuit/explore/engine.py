@@ -102,6 +102,15 @@ def run_serial(graph: Any, jobs: list[Job], data: Data, store: Store, progress: 
         progress.point(rec, 0)
 
 
+def evaluate_in_worker(graph: Any, job: Job, data: Data) -> Any:
+    """A Ray task holds one CPU (num_cpus=1): one BLAS thread, whatever the machine has,
+    unless the user's OPENBLAS_NUM_THREADS / OMP_NUM_THREADS asks for fewer."""
+    from ..graphs.threads import limit_process
+
+    limit_process(1)
+    return evaluate(graph, job, data)
+
+
 def start_ray(engine: str, workers: int, address: str | None) -> tuple[Any, bool]:
     """(ray, whether we started it). An already initialised Ray (tests, an embedding
     program) is used as it is and left running."""
@@ -123,7 +132,7 @@ def start_ray(engine: str, workers: int, address: str | None) -> tuple[Any, bool
 
 def run_ray(ray: Any, graph: Any, jobs: list[Job], data: Data, store: Store,
             progress: Progress, workers: int, timeout_s: float | None) -> None:
-    task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(evaluate)
+    task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(evaluate_in_worker)
     g_ref, d_ref = ray.put(graph), ray.put(data)
     pending = list(jobs)
     inflight: dict[Any, tuple[Job, float]] = {}

@@ -69,15 +69,20 @@ def requantize(q: np.ndarray, frac_in: int, t: FixedType) -> np.ndarray:
 
 def quantize(x: np.ndarray, t: FixedType) -> np.ndarray:
     """Float -> codes of type t. Exact: the scaling by 2**frac is exact in float64."""
-    x = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(x)):
+    x = np.asarray(x)
+    if not np.isfinite(x).all():
         raise ValueError("cannot quantize NaN or Inf")
-    y = np.ldexp(x, t.frac)
+    y = np.ldexp(x.astype(np.float64, copy=False), t.frac)
     r = np.floor(y)
     if t.rounding == Rounding.RND:
-        r = r + (y - r >= 0.5)  # y - floor(y) is exact; floor(y + 0.5) is not
+        r += y - r >= 0.5  # y - floor(y) is exact; floor(y + 0.5) is not
     elif t.rounding == Rounding.RND_CONV:
         r = np.round(y)  # numpy rounds half to even, exactly
+    if t.overflow == Overflow.SAT and t.width <= 53:
+        # the type's ends are exact in float64: saturate there, then one conversion
+        r = np.asarray(r)
+        return np.asarray(np.clip(r, float(t.qmin), float(t.qmax), out=r if r.ndim else None)
+                          ).astype(np.int64)
     if t.overflow == Overflow.WRAP and t.width < 64:
         m = 2.0**t.width
         r = r - m * np.floor(r / m)  # exact: the low W bits, as a float in [0, 2**W)

@@ -7,11 +7,17 @@ backend is tested against this file. Fixed-point arrays here are always codes.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from . import arithmetic
 from . import fixed as fx
+from .arithmetic import Arithmetic
 from .ir import Graph, GraphError, Node
 from .ops import (
     AvgPoolAttrs,
@@ -30,8 +36,10 @@ from .ops import (
     ResizeAttrs,
     SoftmaxAttrs,
     TransposeAttrs,
+    attrs,
 )
-from .types import FixedType, NumType, Overflow
+from .threads import golden_threads
+from .types import FixedType, NumType, Rounding
 
 Array = np.ndarray
 OpFn = Callable[[Graph, Node, list[Array]], Array]
@@ -87,7 +95,155 @@ def _f32(v: Array) -> Array:
     return np.asarray(v, dtype=np.float32)
 
 
-# -- Dense ------------------------------------------------------------------------
+# -- Dense and Conv: one GEMM each, in the cheapest exact arithmetic (graphs/arithmetic.py) --
+# Everything below that depends only on the graph (the arithmetic, weights converted and
+# scaled, biases aligned, clip bounds) is prepared once per graph and node and kept while the
+# graph lives: the graph is immutable, so this is a cache of a pure function of it.
+_PREPARED: dict[int, dict[str, Any]] = {}
+_local = threading.local()  # the running execute's BLAS thread control (threads.Threads)
+# im2col: at most this many elements of the window matrix at a time (4 MB in float32): a
+# batch is cut into frames, a frame into rows of output. Memory stays bounded (a 512x512
+# frame does not need gigabytes), and the chunk stays in cache between being written and
+# read by the GEMM: 64 frames of 32x32x16, 3x3 -> 16 channels, float32, one thread: 6.1 ms
+# in chunks of 2,000-8,000 rows, 17.8 ms as one 65,536-row matrix (7.6 ms of it the copy);
+# much smaller chunks pay Python's overhead per chunk.
+IM2COL_ELEMENTS = 1 << 20
+
+
+def _prepared(g: Graph) -> dict[str, Any]:
+    key = id(g)
+    p = _PREPARED.get(key)
+    if p is None:
+        p = _PREPARED[key] = {}
+        weakref.finalize(g, _PREPARED.pop, key, None)
+    return p
+
+
+def _blas_threads(macs: int) -> None:
+    t = getattr(_local, "threads", None)
+    if t is not None:
+        t.use(macs)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """A Dense/Conv prepared for the golden model. w: (K, N), or (groups, K, N/groups) for a
+    grouped conv, in the GEMM's dtype (times 2**-s when fused). Fused: y = x @ w + b, then
+    floor (TRN, RND: b holds the 1/2) or rint (RND_CONV), clip to [lo, hi] (ReLU in lo).
+    Not fused (a float GEMM of the products, or int64): the integer bias and requantization
+    of the definition (`_add_bias`, `_finish`)."""
+
+    arith: Arithmetic | None  # None: a float32 model
+    w: np.ndarray
+    b: np.ndarray | None
+    lo: Any = 0  # the clip bounds as scalars of w's dtype
+    hi: Any = 0
+    rounding: str = ""  # "floor", "rint" or "" (no bits dropped)
+    relu: bool = False
+    macs: int = 0  # multiply-adds per row
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "macs", int(np.prod(self.w.shape)))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.w.dtype
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        """Fused and float32 models keep the GEMM's float type; the others give int64."""
+        return self.dtype if self.arith is None or self.arith.fused else np.dtype(np.int64)
+
+    def gemm(self, x: Array, out: Array | None = None) -> Array:
+        """x (P, K), or (P, groups, K) for a grouped conv, times w: (P, N) (into `out`)."""
+        _blas_threads(x.shape[0] * self.macs)
+        if self.w.ndim == 2:
+            return np.matmul(x, self.w, out=out if out is not None and out.dtype == self.dtype
+                             and out.ndim == x.ndim else None)
+        y = np.matmul(x.transpose(1, 0, 2), self.w)  # (groups, P, N/groups)
+        return y.transpose(1, 0, 2).reshape(x.shape[0], -1)
+
+
+def _linear(g: Graph, node: Node, w: Array) -> Linear:
+    """The prepared weights `w` (already in GEMM layout, codes or floats) of node."""
+    key = node.name
+    prep = _prepared(g)
+    lp = prep.get(key)
+    if lp is not None:
+        return lp
+    bn = node.inputs[2] if len(node.inputs) > 2 else None
+    relu = bool(attrs(node).relu)  # type: ignore[attr-defined]
+    if not _is_fixed(g, node):
+        lp = Linear(None, _f32(w), _f32(_const(g, bn)) if bn else None, relu=relu)
+    else:
+        if getattr(attrs(node), "acc", None) is None:
+            raise GraphError(f"node {node.name}: accumulator type not computed; compile first")
+        ar = arithmetic.choose(g, node, force=_FORCE.get("dtype"))
+        dt = np.dtype(ar.dtype)
+        if not ar.fused:
+            lp = Linear(ar, np.asarray(w).astype(dt), None, relu=relu)
+        else:
+            tx, tw, out = _t(g, node.inputs[0]), _t(g, node.inputs[1]), _out(g, node)
+            assert isinstance(out, FixedType)
+            frac = tx.frac + tw.frac
+            f = max(frac, _t(g, bn).frac) if bn else frac  # the accumulator's binary point
+            s = f - out.frac  # bits the requantization drops (>= 0 when fused)
+            n_out = w.shape[-1] * (w.shape[0] if w.ndim == 3 else 1)
+            b = np.zeros(n_out)
+            if bn:  # exact: integers under 2**m times powers of two
+                b = np.ldexp(_const(g, bn).astype(np.float64), f - _t(g, bn).frac - s)
+            rnd = out.rounding == Rounding.RND and s > 0
+            if rnd:
+                b = b + 0.5  # floor(v + 1/2): half up
+            lp = Linear(ar, np.ldexp(np.asarray(w).astype(np.float64), f - frac - s).astype(dt),
+                        b.astype(dt) if (bn or rnd) else None,
+                        lo=dt.type(max(out.qmin, 0) if relu else out.qmin), hi=dt.type(out.qmax),
+                        rounding="" if s == 0 else
+                        ("rint" if out.rounding == Rounding.RND_CONV else "floor"), relu=relu)
+    prep[key] = lp
+    return lp
+
+
+def _linear_out(g: Graph, node: Node, lp: Linear, x: Array, out: Array | None = None
+                ) -> Array:
+    """One Dense/Conv GEMM on rows x (P, K) [or (P, groups, K)] and what follows it: the
+    node's output codes (or float32 values), (P, N) of lp.out_dtype (written into `out`
+    where given)."""
+    if lp.arith is None:  # float32 model
+        y = lp.gemm(_f32(x), out)
+        if lp.b is not None:
+            y += lp.b
+        y = np.maximum(y, 0, out=y) if lp.relu else y
+        return _into(y, out)
+    xd = x if x.dtype == lp.dtype else x.astype(lp.dtype)
+    y = lp.gemm(xd, out)
+    if lp.arith.fused:
+        if lp.b is not None:
+            y += lp.b
+        if lp.rounding == "floor":
+            np.floor(y, out=y)
+        elif lp.rounding == "rint":
+            np.rint(y, out=y)
+        return _into(np.clip(y, lp.lo, lp.hi, out=y), out)
+    tx, tw = _t(g, node.inputs[0]), _t(g, node.inputs[1])
+    bn = node.inputs[2] if len(node.inputs) > 2 else None
+    acc, frac = _add_bias(g, y.astype(np.int64), tx.frac + tw.frac, bn)
+    y = _finish(g, node, acc, frac)
+    return _into(np.maximum(y, 0) if lp.relu else y, out)
+
+
+def _into(y: Array, out: Array | None) -> Array:
+    if out is None or y is out:
+        return y
+    out[...] = y
+    return out
+
+
+# a test hook: {"dtype": "float32"} forces that arithmetic on every fixed-point Dense/Conv
+# prepared afterwards, to show that an inexact choice is caught (tests/graphs/test_arithmetic)
+_FORCE: dict[str, str] = {}
+
+
 def exact_matmul(x: Array, w: Array, bound_bits: int) -> Array:
     """Integer x @ w, exact. BLAS in float64 is exact while every partial sum stays under
     2**53, which the accumulator width (computed at compile time) guarantees."""
@@ -97,40 +253,13 @@ def exact_matmul(x: Array, w: Array, bound_bits: int) -> Array:
 
 
 def dense(g: Graph, node: Node, ins: list[Array]) -> Array:
-    x = ins[0]
-    wn = node.inputs[1]
-    bn = node.inputs[2] if len(node.inputs) > 2 else None
-    relu = DenseAttrs.of(node).relu
-    if not _is_fixed(g, node):
-        y = _f32(x) @ _f32(_const(g, wn))
-        if bn:
-            y = y + _f32(_const(g, bn))
-        return _f32(np.maximum(y, 0) if relu else y)
-    xq, tx = _as_codes(g, node.inputs[0], x)
-    tw = _t(g, wn)
-    acc_t = _accumulator(g, node)
-    out_t = _out(g, node)
-    if acc_t.width <= 53:
-        # Fast path, same numbers: every partial sum and the aligned bias are integers under
-        # 2**53, so float64 BLAS is exact; then one conversion and the integer requantization.
-        acc_f = x.astype(np.float64) @ _const(g, wn).astype(np.float64)
-        frac = tx.frac + tw.frac
-        if bn:
-            tb = _t(g, bn)
-            f = max(frac, tb.frac)
-            if f != frac:
-                acc_f *= 2.0 ** (f - frac)
-            acc_f += _const(g, bn).astype(np.float64) * 2.0 ** (f - tb.frac)
-            frac = f
-        q = fx.shift_round(acc_f.astype(np.int64), frac - out_t.frac, out_t.rounding)
-        if relu and out_t.overflow == Overflow.SAT:  # max(sat(q), 0) == clamp(q, max(qmin, 0), qmax)
-            return fx.clamp(q, max(out_t.qmin, 0), out_t.qmax)
-        y = fx.overflow(q, out_t)
-        return np.maximum(y, 0) if relu else y
-    acc = exact_matmul(xq, _const(g, wn), acc_t.width)
-    acc, frac = _add_bias(g, acc, tx.frac + tw.frac, bn)
-    y = _finish(g, node, acc, frac)
-    return np.maximum(y, 0) if relu else y
+    """y = x @ W + b (ReLU if fused): float32, or for fixed point the exact sum of the
+    products of the codes plus the aligned bias, requantized once to the output type
+    (`_add_bias`, `_finish`: the definition; `Linear` computes the same integers faster)."""
+    lp = _prepared(g).get(node.name)
+    if lp is None:
+        lp = _linear(g, node, _const(g, node.inputs[1]))
+    return _linear_out(g, node, lp, ins[0])
 
 
 def _accumulator(g: Graph, node: Node) -> FixedType:
@@ -355,47 +484,116 @@ def _out_spatial(g: Graph, node: Node) -> tuple[int, ...]:
     return tuple(g.tensor(node.outputs[0]).shape[:-1])
 
 
+def gemm_weights(w: Array, group: int) -> Array:
+    """Conv weights (*kernel, Cin/group, Cout) in the layout of `conv_rows`' window rows:
+    (K * Cin, Cout), or (group, Cin/group * K, Cout/group) for a grouped conv."""
+    if group == 1:
+        return w.reshape(-1, w.shape[-1])
+    r = w.ndim - 2
+    wt = np.moveaxis(w, r, 0)  # (Cin/group, *kernel, Cout): the rows' (channel, offset) order
+    return np.moveaxis(wt.reshape(-1, group, w.shape[-1] // group), 1, 0)
+
+
+def conv_rows(x: Array, a: ConvAttrs, out_sp: tuple[int, ...], dtype: np.dtype, cout: int,
+              out_dtype: np.dtype, fn: Callable[[Array, Array], Array]) -> Array:
+    """Convolution as one GEMM per chunk: the window of every output position is one row
+    (im2col through a strided view of the padded input); `fn(rows, out)` writes the
+    (rows, cout) results into `out`, a view of the (N, *out_sp, cout) result.
+    Rows are (*kernel, Cin) (K * Cin values), or (group, Cin/group * K) for a grouped conv.
+    The input is converted to the GEMM's dtype once, into a zero-padded buffer (padding
+    costs no extra copy); chunks of whole frames, or of output rows within a frame, keep
+    the window matrix under IM2COL_ELEMENTS."""
+    r = len(a.kernel)
+    n = x.shape[0]
+    per_pos = int(np.prod(a.kernel)) * x.shape[-1]
+    per_row = int(np.prod(out_sp[1:])) * per_pos  # window elements of one output row
+    per_frame = per_row * out_sp[0]
+    if per_frame <= IM2COL_ELEMENTS:
+        frames, rows = max(1, IM2COL_ELEMENTS // max(per_frame, 1)), out_sp[0]
+    else:
+        frames, rows = 1, max(1, IM2COL_ELEMENTS // max(per_row, 1))
+    out = np.empty((n,) + out_sp + (cout,), dtype=out_dtype)
+    pad_frames = max(frames, max(1, (1 << 24) // max(per_frame // max(len(a.kernel), 1), 1)))
+    for p0 in range(0, n, pad_frames):  # padded copies of a bounded number of frames
+        xp = _padded(x[p0:p0 + pad_frames], a.pads, dtype)
+        win = np.lib.stride_tricks.sliding_window_view(xp, a.kernel, axis=tuple(range(1, r + 1)))
+        win = win[(slice(None),) + tuple(slice(0, (o - 1) * st + 1, st)
+                                         for o, st in zip(out_sp, a.strides, strict=True))]
+        if a.group == 1:
+            win = np.moveaxis(win, r + 1, -1)  # (frames, *out_sp, *kernel, C)
+        # else (frames, *out_sp, C, *kernel): C = (group, C/group)
+        for f0 in range(0, xp.shape[0], frames):
+            for o0 in range(0, out_sp[0], rows):
+                part = win[f0:f0 + frames, o0:o0 + rows]
+                m = int(np.prod(part.shape[:r + 1]))
+                buf = _scratch("cols", m * per_pos, dtype).reshape(part.shape)
+                np.copyto(buf, part)  # the im2col copy, into memory reused chunk to chunk
+                cols = buf.reshape((m, per_pos) if a.group == 1
+                                   else (m, a.group, per_pos // a.group))
+                fn(cols, out[p0 + f0:p0 + f0 + part.shape[0], o0:o0 + rows].reshape(m, cout))
+    return out
+
+
+def _scratch(key: str, size: int, dtype: np.dtype) -> Array:
+    """A work buffer of `size` elements, kept per thread and reused: fresh large arrays cost
+    a page fault per 4 KB on first touch (3,000 a call on a 32x32x16 conv layer, about half
+    its time), reused ones do not."""
+    bufs = getattr(_local, "scratch", None)
+    if bufs is None:
+        bufs = _local.scratch = {}
+    nbytes = size * dtype.itemsize
+    b = bufs.get(key)
+    if b is None or b.nbytes < nbytes:
+        b = bufs[key] = np.empty(nbytes, dtype=np.uint8)
+    return b[:nbytes].view(dtype)
+
+
+def _padded(x: Array, pads: tuple[int, ...], dtype: np.dtype) -> Array:
+    """x in `dtype`, zero-padded: a view when there is nothing to do, else a reused buffer
+    (its borders zeroed) the conversion writes into."""
+    r = len(pads) // 2
+    if not any(pads):
+        return x if x.dtype == dtype else x.astype(dtype)
+    sp = tuple(x.shape[1 + i] + pads[i] + pads[i + r] for i in range(r))
+    shape = (x.shape[0],) + sp + (x.shape[-1],)
+    xp = _scratch("pad", int(np.prod(shape)), dtype).reshape(shape)
+    inner = tuple(slice(pads[i], pads[i] + x.shape[1 + i]) for i in range(r))
+    for i in range(r):  # the border slabs of each spatial axis
+        lo = (slice(None),) + inner[:i] + (slice(0, pads[i]),)
+        hi = (slice(None),) + inner[:i] + (slice(pads[i] + x.shape[1 + i], None),)
+        xp[lo] = 0
+        xp[hi] = 0
+    xp[(slice(None),) + inner] = x
+    return xp
+
+
 def conv_sum(x: Array, w: Array, a: ConvAttrs, out_sp: tuple[int, ...]) -> Array:
     """sum over each window and group of x * w, in the dtype of x and w (float32: the float
-    model; float64 exact while every partial sum stays under 2**53, which the accumulator
-    width guarantees; int64 beyond). x (N, *S, Cin), w (*kernel, Cin/group, Cout)."""
-    xp = _pad(x, a.pads, 0)
-    cout = w.shape[-1]
-    g = a.group
-    acc = np.zeros((x.shape[0],) + out_sp + (cout,), dtype=np.result_type(x, w))
-    for k, sl in _windows(xp, a.kernel, a.strides, out_sp):
-        wk = w[k]  # (Cin/group, Cout)
-        if g == 1:
-            acc += sl @ wk
-        elif wk.shape[0] == 1:  # depthwise: output channel o reads input channel o // m
-            m = cout // g
-            acc += (sl[..., :, None] * wk.reshape(g, m)).reshape(acc.shape)
-        else:
-            ci = wk.shape[0]
-            part = np.einsum("...gi,igj->...gj", sl.reshape(sl.shape[:-1] + (g, ci)),
-                             wk.reshape(ci, g, cout // g))
-            acc += part.reshape(acc.shape)
-    return acc
+    model; float64 exact while every partial sum stays under 2**53; int64 beyond). x (N, *S,
+    Cin), w (*kernel, Cin/group, Cout)."""
+    dt = np.result_type(x, w)
+    wg = gemm_weights(np.asarray(w, dtype=dt), a.group)
+
+    def fn(cols: Array, out: Array) -> Array:
+        if wg.ndim == 2:
+            return np.matmul(cols, wg, out=out)
+        out[...] = np.matmul(cols.transpose(1, 0, 2), wg).transpose(1, 0, 2).reshape(len(cols), -1)
+        return out
+
+    return conv_rows(np.asarray(x), a, out_sp, dt, np.asarray(w).shape[-1], dt, fn)
 
 
 def conv(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """Channels-last convolution: per window and group, what Dense computes (the same
+    `Linear`, one GEMM over every window of the batch)."""
     a = ConvAttrs.of(node)
-    wn = node.inputs[1]
-    bn = node.inputs[2] if len(node.inputs) > 2 else None
-    out_sp = _out_spatial(g, node)
-    if not _is_fixed(g, node):
-        y = conv_sum(_f32(ins[0]), _f32(_const(g, wn)), a, out_sp)
-        if bn:
-            y = y + _f32(_const(g, bn))
-        return _f32(np.maximum(y, 0) if a.relu else y)
-    if a.acc is None:
-        raise GraphError(f"node {node.name}: accumulator type not computed; compile first")
-    tx, tw = _t(g, node.inputs[0]), _t(g, wn)
-    dt = np.float64 if a.acc.width <= 53 else np.int64
-    acc = conv_sum(ins[0].astype(dt), _const(g, wn).astype(dt), a, out_sp).astype(np.int64)
-    acc, frac = _add_bias(g, acc, tx.frac + tw.frac, bn)
-    y = _finish(g, node, acc, frac)
-    return np.maximum(y, 0) if a.relu else y
+    lp = _prepared(g).get(node.name)
+    if lp is None:
+        lp = _linear(g, node, gemm_weights(_const(g, node.inputs[1]), a.group))
+    dt = np.dtype(np.float32) if lp.arith is None else lp.dtype
+    cout = g.tensor(node.outputs[0]).shape[-1]
+    return conv_rows(ins[0], a, _out_spatial(g, node), dt, cout, lp.out_dtype,
+                     lambda cols, out: _linear_out(g, node, lp, cols, out))
 
 
 def max_pool(g: Graph, node: Node, ins: list[Array]) -> Array:
@@ -464,9 +662,19 @@ def quantize_inputs(g: Graph, xs: list[Array]) -> list[Array]:
 def execute(g: Graph, inputs: list[Array], trace: bool = False,
             inputs_are_codes: bool = False) -> dict[str, Array]:
     """Run the graph on a batch. Returns every tensor if `trace`, else only the outputs.
-    Fixed-point tensors are codes."""
-    with np.errstate(all="ignore"):  # float32 overflow to inf is IEEE, as ONNX computes it
-        return _execute(g, inputs, trace, inputs_are_codes)
+    Fixed-point tensors are codes (int64). BLAS threads: one for every product too small to
+    gain from more (graphs/threads.py), the caller's setting back on return."""
+    with np.errstate(all="ignore"), golden_threads() as t:  # float32 overflow to inf is IEEE
+        _local.threads = t
+        try:
+            env = _execute(g, inputs, trace, inputs_are_codes)
+        finally:
+            _local.threads = None
+    # fixed-point tensors may be held as exact float codes between Dense/Conv layers
+    for k, v in env.items():
+        if v.dtype.kind == "f" and not _t(g, k).is_float:
+            env[k] = v.astype(np.int64)
+    return env
 
 
 def _execute(g: Graph, inputs: list[Array], trace: bool, inputs_are_codes: bool

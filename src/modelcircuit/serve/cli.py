@@ -122,6 +122,9 @@ def run(a: argparse.Namespace) -> int:
     from .models import load_models
 
     _check_backend(a.backend)
+    from ..graphs.threads import limit_process
+
+    limit_process()  # BLAS threads: at most the cores this server was given
     models = load_models(a.artifacts, a.backend, buckets_for(a.max_batch), a.retry_s)
     try:
         sock = bind(a.host, a.port)

@@ -90,7 +90,10 @@ def verify(compiled: CompiledGraph, x: np.ndarray, backends: list[str], labels: 
     mismatch, report). `float_out` (the float model's outputs) and `labels` add accuracy."""
     out = out or sys.stdout
     from ..graphs import host, reference
+    from ..graphs.threads import limit_process
     from .backends import RunOptions, run_backend
+
+    limit_process()  # BLAS threads: at most the cores this process was given
 
     backends = parse_backends(",".join(backends))
     g = compiled.graph
