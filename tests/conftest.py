@@ -199,10 +199,31 @@ def pytest_configure(config):  # noqa: ANN001
     limit_process(max(1, cores_given() // max(workers, 1)))
 
 
-def pytest_collection_modifyitems(config, items):  # noqa: ANN001
-    if gpu_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device (none here)")
+
+
+# Test modules whose tests run the tools (yosys, nextpnr, Verilator/cocotb): marked
+# `integration`, so `pytest -m "not integration"` is a unit run of a few minutes. The default
+# suite keeps them (one FPGA flow and one RTL simulation of each model style at least).
+INTEGRATION_MODULES = {
+    "tests/hdl/test_fpga.py", "tests/hdl/test_fpga_flow.py", "tests/hdl/test_uart.py",
+    "tests/hdl/test_uart_host.py", "tests/hdl/streamed/test_stream_uart.py",
+    "tests/hdl/flow/test_yosys.py", "tests/hdl/vector/test_timing.py",
+    "tests/sim/test_rtl.py", "tests/sim/test_verify.py", "tests/sim/test_models_verify.py",
+    "tests/sim/test_stream_models.py", "tests/sim/test_differential.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parents[1]
+    skip_gpu = None if gpu_available() else pytest.mark.skip(reason="needs a CUDA device "
+                                                                    "(none here)")
     for item in items:
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+        if skip_gpu is not None and item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip_gpu)
+        try:
+            rel = Path(item.fspath).resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if rel in INTEGRATION_MODULES:
+            item.add_marker(pytest.mark.integration)
