@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .data import DEFAULT_MODEL, DIGITS_MODELS, bundled, load_model
+from .graphs.check import require_fixed_point, require_single_io
 from .graphs.precision_file import parse_precision
 from .util.atomic import check_out_dir
 from .util.userio import load_array, one_line, shown
@@ -55,7 +56,7 @@ def compile_from_args(a: argparse.Namespace) -> Any:
     precision, per_layer = parse_precision(getattr(a, "precision", None))
     cal = (load_inputs(a.calibrate, "--calibrate")
            if getattr(a, "calibrate", None) is not None else None)
-    graph = load_model(a.model)
+    graph = require_single_io(load_model(a.model))  # before any pass (README: one input, one output)
     reuse = parse_reuse(getattr(a, "reuse", None))
     return compile(graph, precision=precision, per_layer=per_layer, calibrate=cal,
                    reuse=reuse if reuse is not None else 1, profile=getattr(a, "profile", None),
@@ -99,6 +100,8 @@ def cmd_compile(a: argparse.Namespace) -> int:
     check_out_dir(out)  # before any work: a bad --out fails fast
     out = Path(out)
     compiled = compile_from_args(a)
+    if a.target in ("verilog", "fpga"):
+        require_fixed_point(compiled.graph, f"compile --target {a.target}")
     write_compiled(compiled, out, a.target, reuse=parse_reuse(a.reuse),
                    progress=lambda s: print(s, file=sys.stderr),
                    hdl_options={"pipeline": a.pipeline, "adder_levels": a.adder_levels})
@@ -197,6 +200,8 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
         check_simulator(a.simulator)  # before any long work
     compiled = compile_from_args(a)
+    if "rtl" in backends:
+        require_fixed_point(compiled.graph, "verify --backends rtl")
     x, labels, source = select_inputs(a, host.input_shape(compiled))
     float_out = None
     if labels is not None:  # accuracy of the float model too, where it compiles
@@ -231,6 +236,7 @@ def cmd_build(a: argparse.Namespace) -> int:
            + (f"-{a.board}" if a.board else ""))
     check_out_dir(out)  # a bad --out fails before any work
     compiled = compile_from_args(a)
+    require_fixed_point(compiled.graph, "build")
     try:
         rep = build(compiled, prof["name"], Path(out), board=a.board,
                     reuse=reuse if reuse is not None else "auto", progress=say,
