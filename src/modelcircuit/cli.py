@@ -102,9 +102,10 @@ def cmd_compile(a: argparse.Namespace) -> int:
     compiled = compile_from_args(a)
     if a.target in ("verilog", "fpga"):
         require_fixed_point(compiled.graph, f"compile --target {a.target}")
-    write_compiled(compiled, out, a.target, reuse=parse_reuse(a.reuse),
-                   progress=lambda s: print(s, file=sys.stderr),
-                   hdl_options={"pipeline": a.pipeline, "adder_levels": a.adder_levels})
+    with _tool_tail_on_error():  # --target fpga runs the tools
+        write_compiled(compiled, out, a.target, reuse=parse_reuse(a.reuse),
+                       progress=lambda s: print(s, file=sys.stderr, flush=True),
+                       hdl_options={"pipeline": a.pipeline, "adder_levels": a.adder_levels})
     print(f"compiled {compiled.graph.name} -> {shown(out)}  (graph id {compiled.graph_id[:16]}, "
           f"target {a.target})")
     return 0
@@ -217,8 +218,24 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return rc
 
 
+@contextlib.contextmanager
+def _tool_tail_on_error() -> Iterator[None]:
+    """A failing FPGA tool's last log lines (hdl.flow.FlowError.tail) on stderr, before the
+    one `error:` line that names the failure."""
+    try:
+        yield
+    except ValueError as e:
+        tail = getattr(e, "tail", "")
+        if tail:
+            print("last lines of the tool's log:", file=sys.stderr)
+            for ln in tail.splitlines():
+                print(f"  | {ln}", file=sys.stderr)
+            sys.stderr.flush()
+        raise
+
+
 def cmd_build(a: argparse.Namespace) -> int:
-    from .hdl.flow import FlowError, build, fpga_profile, text_table
+    from .hdl.flow import build, fpga_profile, text_table
 
     def say(s: str) -> None:
         print(s, file=sys.stderr, flush=True)
@@ -237,16 +254,10 @@ def cmd_build(a: argparse.Namespace) -> int:
     check_out_dir(out)  # a bad --out fails before any work
     compiled = compile_from_args(a)
     require_fixed_point(compiled.graph, "build")
-    try:
+    with _tool_tail_on_error():
         rep = build(compiled, prof["name"], Path(out), board=a.board,
                     reuse=reuse if reuse is not None else "auto", progress=say,
                     pipeline=a.pipeline, adder_levels=a.adder_levels)
-    except FlowError as e:
-        if e.tail:
-            say("last lines of the tool's log:")
-            for ln in e.tail.splitlines():
-                say(f"  | {ln}")
-        raise
     print(text_table(rep), end="")
     print(f"wrote {shown(out)}")
     return 0
