@@ -17,12 +17,18 @@ from typing import Any
 EXIT = {signal.SIGINT: (130, "interrupted (SIGINT)"), signal.SIGTERM: (143, "terminated (SIGTERM)")}
 
 
-def _quit_now(signum: int, frame: Any) -> None:
+def _say(signum: int) -> int:
+    """The one line (cli._main's words) on stderr; returns the exit code."""
     rc, what = EXIT[signal.Signals(signum)]
     try:
         os.write(2, f"error: {what}; nothing half-written was left\n".encode())
-    finally:
-        os._exit(rc)
+    except OSError:
+        pass
+    return rc
+
+
+def _quit_now(signum: int, frame: Any) -> None:
+    os._exit(_say(signum))
 
 
 def _quit_on_signals() -> None:
@@ -32,15 +38,13 @@ def _quit_on_signals() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _quit_on_signals()
-    from .cli import EXIT_SIGINT, _say_error
     from .cli import main as cli_main
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # cli's cleanup runs from here
     try:
         rc = cli_main(argv)  # SIGTERM: still _quit_now until cli._sigterm_raises takes over
     except KeyboardInterrupt:  # before cli's own handler was entered: nothing written yet
-        _say_error("interrupted (SIGINT); nothing half-written was left")
-        rc = EXIT_SIGINT
+        rc = _say(signal.SIGINT)
     for f in (sys.stdout, sys.stderr):  # what the command printed, before a late signal
         try:
             f.flush()
