@@ -84,3 +84,49 @@ def test_two_runs_racing_for_one_out(tmp_path: Path) -> None:
     assert sorted(q.name for q in tmp_path.iterdir()) == ["o"]
     res = run_cli(["inspect", "o"], cwd=tmp_path)  # whoever won, the artifact is whole
     assert res.rc == 0, res.err
+
+
+# -- start-up: the console command (entry.py) handles signals before its heavy imports -----
+# What pip's console-script wrapper runs (pyproject [project.scripts], checked below), with a
+# handshake: "ready" is printed once the handlers are set, so that the signal lands during
+# the imports that follow (numpy, onnx, the compiler: most of a second) on any machine load.
+WRAPPER = ("import sys\nimport modelcircuit.entry as e\ne._quit_on_signals()\n"
+           "print('ready', flush=True)\nsys.exit(e.main())\n")
+
+
+def test_console_script_is_the_light_entry() -> None:
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert meta["project"]["scripts"]["modelcircuit"] == "modelcircuit.entry:main"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    probe = ("import sys, modelcircuit.entry; "
+             "print(sorted(m for m in ('numpy', 'onnx', 'modelcircuit.cli', 'modelcircuit.api') "
+             "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "[]", out  # nothing heavy before the handlers are set
+
+
+@pytest.mark.parametrize("sig,rc,word", [(signal.SIGTERM, 143, "terminated"),
+                                         (signal.SIGINT, 130, "interrupted")])
+@pytest.mark.parametrize("delay", [0.0, 0.3])
+def test_signal_during_startup_is_one_line(tmp_path: Path, sig: int, rc: int, word: str,
+                                           delay: float) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    p = subprocess.Popen([sys.executable, "-c", WRAPPER, *LONG], cwd=tmp_path, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline() == "ready\n"
+    time.sleep(delay)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=120)
+    assert_refused(Result(p.returncode, out, err), word, rc=rc)
+    assert list(tmp_path.iterdir()) == [], "something was left behind"
+
+
+def test_python_dash_m_runs_the_command(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    out = subprocess.run([sys.executable, "-m", "modelcircuit", "profiles"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "ice40-up5k" in out.stdout, out

@@ -9,6 +9,7 @@ import numpy as np
 
 from .frontend.onnx.importer import load_onnx
 from .graphs import host, reference
+from .graphs.check import require_single_io
 from .graphs.compiled import CompiledGraph
 from .graphs.ir import Graph, GraphError
 from .graphs.pipeline import compile_graph
@@ -41,6 +42,7 @@ def run(compiled: CompiledGraph, x: np.ndarray, backend: str = "golden", trace: 
     """
     if backend not in BACKENDS:
         raise GraphError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    require_single_io(compiled.graph)  # several: graphs.reference.execute takes a list
     g = compiled.graph
     x = np.asarray(x)
     shp = host.input_shape(compiled)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .graphs.analysis.cost import ledger, totals
+from .graphs.check import require_single_io
 from .graphs.compiled import CompiledGraph
 from .graphs.identity import graph_id
 from .graphs.ir import Graph, GraphError
@@ -158,6 +159,7 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
                    hdl_options: dict[str, Any] | None = None) -> Path:
     if target not in TARGETS:
         raise GraphError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    require_single_io(compiled.graph)  # the server, self-check and circuit carry one tensor
 
     hdl_options = hdl_options or {}
     plan = None  # the circuit plan: resolved once, for the export and the flow

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .data import DEFAULT_MODEL, DIGITS_MODELS, bundled, load_model
+from .graphs.check import require_fixed_point, require_single_io
 from .graphs.precision_file import parse_precision
 from .util.atomic import check_out_dir
 from .util.userio import load_array, one_line, shown
@@ -55,7 +56,7 @@ def compile_from_args(a: argparse.Namespace) -> Any:
     precision, per_layer = parse_precision(getattr(a, "precision", None))
     cal = (load_inputs(a.calibrate, "--calibrate")
            if getattr(a, "calibrate", None) is not None else None)
-    graph = load_model(a.model)
+    graph = require_single_io(load_model(a.model))  # before any pass (README: one input, one output)
     reuse = parse_reuse(getattr(a, "reuse", None))
     return compile(graph, precision=precision, per_layer=per_layer, calibrate=cal,
                    reuse=reuse if reuse is not None else 1, profile=getattr(a, "profile", None),
@@ -99,9 +100,12 @@ def cmd_compile(a: argparse.Namespace) -> int:
     check_out_dir(out)  # before any work: a bad --out fails fast
     out = Path(out)
     compiled = compile_from_args(a)
-    write_compiled(compiled, out, a.target, reuse=parse_reuse(a.reuse),
-                   progress=lambda s: print(s, file=sys.stderr),
-                   hdl_options={"pipeline": a.pipeline, "adder_levels": a.adder_levels})
+    if a.target in ("verilog", "fpga"):
+        require_fixed_point(compiled.graph, f"compile --target {a.target}")
+    with _tool_tail_on_error():  # --target fpga runs the tools
+        write_compiled(compiled, out, a.target, reuse=parse_reuse(a.reuse),
+                       progress=lambda s: print(s, file=sys.stderr, flush=True),
+                       hdl_options={"pipeline": a.pipeline, "adder_levels": a.adder_levels})
     print(f"compiled {compiled.graph.name} -> {shown(out)}  (graph id {compiled.graph_id[:16]}, "
           f"target {a.target})")
     return 0
@@ -197,6 +201,8 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
         check_simulator(a.simulator)  # before any long work
     compiled = compile_from_args(a)
+    if "rtl" in backends:
+        require_fixed_point(compiled.graph, "verify --backends rtl")
     x, labels, source = select_inputs(a, host.input_shape(compiled))
     float_out = None
     if labels is not None:  # accuracy of the float model too, where it compiles
@@ -212,8 +218,24 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return rc
 
 
+@contextlib.contextmanager
+def _tool_tail_on_error() -> Iterator[None]:
+    """A failing FPGA tool's last log lines (hdl.flow.FlowError.tail) on stderr, before the
+    one `error:` line that names the failure."""
+    try:
+        yield
+    except ValueError as e:
+        tail = getattr(e, "tail", "")
+        if tail:
+            print("last lines of the tool's log:", file=sys.stderr)
+            for ln in tail.splitlines():
+                print(f"  | {ln}", file=sys.stderr)
+            sys.stderr.flush()
+        raise
+
+
 def cmd_build(a: argparse.Namespace) -> int:
-    from .hdl.flow import FlowError, build, fpga_profile, text_table
+    from .hdl.flow import build, fpga_profile, text_table
 
     def say(s: str) -> None:
         print(s, file=sys.stderr, flush=True)
@@ -231,16 +253,11 @@ def cmd_build(a: argparse.Namespace) -> int:
            + (f"-{a.board}" if a.board else ""))
     check_out_dir(out)  # a bad --out fails before any work
     compiled = compile_from_args(a)
-    try:
+    require_fixed_point(compiled.graph, "build")
+    with _tool_tail_on_error():
         rep = build(compiled, prof["name"], Path(out), board=a.board,
                     reuse=reuse if reuse is not None else "auto", progress=say,
                     pipeline=a.pipeline, adder_levels=a.adder_levels)
-    except FlowError as e:
-        if e.tail:
-            say("last lines of the tool's log:")
-            for ln in e.tail.splitlines():
-                say(f"  | {ln}")
-        raise
     print(text_table(rep), end="")
     print(f"wrote {shown(out)}")
     return 0

@@ -156,7 +156,7 @@ def test_il_cores_equal_verilog_cores(tmp_path) -> None:  # noqa: ANN001
     as RTLIL equivalent to the same module written as Verilog (and reads the whole .il)."""
     import subprocess
 
-    from modelcircuit.hdl.flow.tools import tool_env, tool_path
+    from modelcircuit.hdl.flow.tools import tool_env, tool_path, warm_tool
 
     c, plan, _ = chain_case(6, n_layers=2)
     assert set(plan.strategy.values()) == {"mult", "da"}
@@ -175,6 +175,7 @@ def test_il_cores_equal_verilog_cores(tmp_path) -> None:  # noqa: ANN001
                    "hierarchy -top equiv", "equiv_simple", "equiv_induct",
                    "equiv_status -assert"]
     (tmp_path / "s.ys").write_text("\n".join(script) + "\n")
+    warm_tool("yosys")  # an empty cache is compiled under the lock, not beside a build's yosys
     r = subprocess.run([tool_path("yosys"), "-q", "-s", "s.ys"], cwd=tmp_path, env=tool_env(),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]

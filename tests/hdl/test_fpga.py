@@ -54,6 +54,21 @@ def cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subproc
                           text=True, cwd=cwd, env=env, timeout=600)
 
 
+def why(r: subprocess.CompletedProcess, lines: int = 40) -> str:
+    """A failed run's cause for an assertion message, most telling first: pytest shows only
+    the first lines of a long message (8 lines / 640 characters without -vv), which once hid
+    everything after the `[fit]` line. Exit status (or the signal), the `error:` line, then
+    the last lines of stderr (the failing tool's log tail, which the CLI prints)."""
+    import signal
+
+    rc = r.returncode
+    how = f"exit {rc}" if rc >= 0 else f"killed by {signal.Signals(-rc).name}"
+    err = r.stderr.rstrip().splitlines()
+    errors = [ln for ln in err if ln.startswith("error:")]
+    first = errors[-1] if errors else "(no error line)"
+    return f"{how}: {first}\n--- last {lines} lines of stderr ---\n" + "\n".join(err[-lines:])
+
+
 # -- bad input (no tools run) --------------------------------------------------------------
 def test_unknown_device_and_board(tmp_path):
     r = cli("build", "--device", "nope", "--out", str(tmp_path / "o"))

@@ -19,7 +19,7 @@ from modelcircuit.hdl.flow import build, fpga_profile
 from modelcircuit.hdl.flow.tools import Runner
 from modelcircuit.hdl.flow.yosys import synthesize, write_design
 
-from .test_fpga import DIGITS, cli, tiny_compiled
+from .test_fpga import DIGITS, cli, tiny_compiled, why
 
 
 def _check_report(rep: dict, device: str) -> None:
@@ -41,7 +41,7 @@ def test_digits_on_icebreaker_to_bitstream_via_cli(tmp_path, digits_test):
     r = cli("build", str(DIGITS), "--device", "ice40-up5k", "--board", "icebreaker",
             "--precision", "fixed<6,3>", "--calibrate", str(tmp_path / "cal.npy"),
             "--reuse", "auto", "--out", str(out))
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, why(r)
     assert "[nextpnr]" in r.stderr and "[yosys-synth]" in r.stderr  # progress was shown
     assert "Fmax (post-route)" in r.stdout and "LUT" in r.stdout
     rep = json.loads((out / "report.json").read_text())

@@ -10,6 +10,7 @@ from typing import Any
 
 def compile_model(graph: Any, **options: Any) -> Any:
     """api.compile without the API module (same function underneath)."""
+    from ..graphs.check import require_single_io
     from ..graphs.pipeline import compile_graph
 
-    return compile_graph(graph, **options)
+    return compile_graph(require_single_io(graph), **options)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..data import load_model
+from ..graphs.check import require_fixed_point
 from ..graphs.host import golden
 from .common import compile_model
 from .engine import (
@@ -124,6 +125,7 @@ def _plan(graph: Any, points: list[Point], stage: str, digest: str, cal: np.ndar
         try:
             c = compile_point(graph, p.default, p.per_layer, p.reuse, p.device,
                               cal if calibrated else None)
+            require_fixed_point(c.graph, "sweep")  # every stage estimates a circuit
         except ValueError as e:
             raise SweepError(f"point {p.label()}: {str(e).splitlines()[0]}") from None
         key = point_key(c.graph_id, stage, versions, digest)

@@ -99,3 +99,59 @@ def coverage_problems(vocab: Iterable[StrEnum], lowering: Mapping[Any, Any],
         if not isinstance(reason, str) or not reason.strip():
             problems.append(f"{table}: {str(k)} is refused without a reason")
     return problems
+
+
+MAX_NAMED = 4  # names listed in a one-line refusal before "…"
+
+
+def _names(names: Iterable[str]) -> str:
+    names = list(names)
+    shown = ", ".join(repr(n) for n in names[:MAX_NAMED])
+    return shown + (f", … ({len(names)} in all)" if len(names) > MAX_NAMED else "")
+
+
+def require_single_io(g: Graph) -> Graph:
+    """The product handles models with one input and one output: the circuit's stream, the
+    server's request and answer, verify's vectors, the artifact's self-check and `mc.run`
+    each carry one tensor. Every command (cli.compile_from_args, the sweep), artifact writing
+    and `mc.run` refuse a model with several here, naming them, before any work (not half-way
+    in a backend; and a second output is never dropped silently). The compiler and the golden
+    interpreter handle several (`mc.compile` + `graphs.reference.execute(graph, [a, b])`, as
+    the ONNX conformance adapter uses them)."""
+    for kind, names in (("inputs", g.inputs), ("outputs", g.outputs)):
+        if len(names) != 1:
+            raise GraphError(
+                f"model {g.name}: {len(names)} {kind} ({_names(names) or 'none'}); modelcircuit "
+                f"compiles models with exactly one input and one output (merge the {kind} "
+                "into one tensor, e.g. with a Concat, before export)")
+    return g
+
+
+def require_fixed_point(g: Graph, what: str) -> Graph:
+    """Circuits compute on fixed-point codes only. Every hardware command (`build`, `compile
+    --target verilog|fpga`, `verify --backends rtl`, `sweep`) calls this right after the
+    compile, before any estimate, fit, elaboration or file, so that a float precision — from
+    --precision, a per-layer file's default or entry, or a weight/bias type — is one refusal
+    naming the first float tensor, on every path. Untyped constants (shapes) are allowed; the
+    host's float head and tail are not part of `g` (graphs/host.py)."""
+    def bad(name: str) -> bool:
+        t = g.tensors[name].dtype
+        if t is None:
+            return not g.is_const(name)
+        return bool(t.is_float)
+
+    for name in g.inputs:
+        if bad(name):
+            return _not_fixed(g, f"input {name!r}", name, what)
+    for n in g.nodes:
+        for name in list(n.inputs) + list(n.outputs):
+            if name and bad(name):
+                return _not_fixed(g, f"{_at(n)}, tensor {name!r}", name, what)
+    return g
+
+
+def _not_fixed(g: Graph, where: str, name: str, what: str) -> Graph:
+    t = g.tensors[name].dtype
+    raise GraphError(f"{what}: {where} has type {t or 'none'}; circuits compute in fixed point "
+                     "only: give a fixed-point --precision (e.g. fixed<16,6>) and no float "
+                     "entry in a per-layer precision file")

@@ -43,7 +43,7 @@ def passes(precision: NumType | None, per_layer: Mapping[str, Any] | None,
     scaled = [("factor_scales", factor_scales), ("host_parts", host_parts)] if fixed else []
     return scaled + [
         ("fuse_bias", fuse_bias),
-        ("fold_batchnorm", fold_batchnorm),
+        ("fold_batchnorm", partial(fold_batchnorm, expand=fixed)),
         ("fold_requant", fold_requant),
         ("assign_types", partial(assign_types, precision=precision, per_layer=per_layer,
                                  ranges=ranges)),

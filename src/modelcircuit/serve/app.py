@@ -47,6 +47,8 @@ class Options:
     max_body_bytes: int = 16 << 20
     batch_wait_s: float = 0.001
     debug_endpoints: bool = False
+    body_timeout_s: float = 30.0  # a request body that has not all arrived by then: 408
+    max_connections: int = 1000   # uvicorn's limit_concurrency: 503 beyond it
 
 
 class State:
@@ -70,7 +72,19 @@ def _error(status: int, kind: str, message: str, headers: dict[str, str] | None 
                     media_type="application/json", headers=headers)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body within `timeout_s` of the headers (uvicorn has no body-read timeout of
+    its own: without this, a Content-Length larger than what is sent, or a chunked body that
+    never ends, holds the connection for ever), at most `limit` bytes."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _read_body_now(request, limit)
+    except TimeoutError:
+        raise RequestError(408, "body_timeout", f"the request body did not arrive within "
+                                                f"{timeout_s:g} s") from None
+
+
+async def _read_body_now(request: Request, limit: int) -> bytes:
     cl = request.headers.get("content-length")
     if cl is not None:
         try:
@@ -156,7 +170,7 @@ def create_app(models: dict[str, ServedModel], opts: Options | None = None,
                 raise RequestError(503, "not_ready", st.failure or "warming up: not ready yet "
                                    "(GET /v1/debug/graph_status says when)")
             fmt = answer_format(request.headers.get("accept"))
-            body = await _read_body(request, opts.max_body_bytes)
+            body = await _read_body(request, opts.max_body_bytes, opts.body_timeout_s)
             x = parse_inputs(body, request.headers.get("content-type"), m.in_shape)
             batcher.arriving -= 1
             arrived = False
@@ -167,7 +181,8 @@ def create_app(models: dict[str, ServedModel], opts: Options | None = None,
             data, media = render_answer(fmt, name, m.graph_id, fid, out)
         except RequestError as e:
             st.metrics.error(name, e.kind, e.status)
-            hdr = {"Retry-After": "1"} if e.status == 503 else None
+            hdr = ({"Retry-After": "1"} if e.status == 503 else
+                   {"Connection": "close"} if e.status == 408 else None)  # the rest never came
             return _error(e.status, e.kind, e.message, hdr)
         except ClientDisconnect:  # the client left mid-body: nobody to answer
             st.metrics.error(name, "client_disconnected", 499)
@@ -241,10 +256,16 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_server(app: Starlette) -> Any:
+    """uvicorn with the app's connection cap (Options.max_connections as uvicorn's
+    limit_concurrency: a request arriving while that many connections are open, its own
+    included, or that many requests are in flight, is answered 503 at once), idle
+    keep-alive connections closed after 5 s (timeout_keep_alive)."""
     import uvicorn
 
+    cap = app.state.serve.opts.max_connections
     cfg = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                         timeout_graceful_shutdown=5, server_header=False)
+                         timeout_graceful_shutdown=5, server_header=False,
+                         limit_concurrency=cap, timeout_keep_alive=5)
     return uvicorn.Server(cfg)
 
 

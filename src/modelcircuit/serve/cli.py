@@ -3,7 +3,8 @@ prometheus-client, imported only by `run`).
 
     modelcircuit serve [NAME=]ARTIFACT_DIR... [--backend gpu|gpu-emu|golden] [--host 127.0.0.1]
                        [--port 8000] [--max-batch 64] [--max-body-bytes N] [--batch-wait-ms 1]
-                       [--retry-s 1] [--debug-endpoints]
+                       [--retry-s 1] [--body-timeout-s 30] [--max-connections 1000]
+                       [--debug-endpoints]
 
 Before binding: every artifact is read and checked (manifest hashes, graph id, gpu/ files
 against the graph), the backend's prerequisites are checked (a CUDA device for gpu, g++ for
@@ -65,6 +66,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retry-s", type=_number(float, 0.01, 3600.0), default=1.0,
                    help="first back-off before a failed primary backend is tried again "
                         "(doubles per failure, at most 60 s; default 1)")
+    p.add_argument("--body-timeout-s", type=_number(float, 0.01, 3600.0), default=30.0,
+                   help="a request body not all received within this many seconds of its "
+                        "headers gets 408 and its connection closed (default 30)")
+    p.add_argument("--max-connections", type=_number(int, 1, 1 << 20), default=1000,
+                   help="open connections (or requests in flight) beyond which a request "
+                        "gets 503 at once (default 1000)")
     p.add_argument("--debug-endpoints", action="store_true",
                    help="also serve GET /v1/debug/graph_inspect/{graph_id}")
 
@@ -131,7 +138,8 @@ def run(a: argparse.Namespace) -> int:
     except OSError as e:
         raise ServeError(f"cannot listen on {a.host}:{a.port}: {e.strerror or e}") from None
     opts = Options(max_batch=a.max_batch, max_body_bytes=a.max_body_bytes,
-                   batch_wait_s=a.batch_wait_ms / 1000.0, debug_endpoints=a.debug_endpoints)
+                   batch_wait_s=a.batch_wait_ms / 1000.0, debug_endpoints=a.debug_endpoints,
+                   body_timeout_s=a.body_timeout_s, max_connections=a.max_connections)
     holder: dict[str, object] = {}
 
     def failed(msg: str) -> None:

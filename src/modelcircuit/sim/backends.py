@@ -41,8 +41,10 @@ def _golden(compiled: CompiledGraph, codes: np.ndarray, o: RunOptions) -> Result
 
 
 def _rtl(compiled: CompiledGraph, codes: np.ndarray, o: RunOptions) -> Result:
+    from ..graphs.check import require_fixed_point
     from . import rtl
 
+    require_fixed_point(compiled.graph, "the RTL simulation")
     t0 = time.perf_counter()
     r = rtl.execute(compiled, codes, simulator=o.simulator, seed=o.seed, expected=o.expected)
     notes = {"what": f"RTL simulation ({r['simulator']}, cocotb bench)",

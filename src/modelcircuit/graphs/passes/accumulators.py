@@ -16,6 +16,7 @@ from ..ops import (
     ELEMENTWISE_BINARY,
     LAYOUT,
     LINEAR,
+    QUANTIZERS,
     SELECTING,
     AddAttrs,
     AvgPoolAttrs,
@@ -94,6 +95,33 @@ def _check_fixed_elementwise(g: Graph, node: Node) -> None:
                              "in fixed point (float32 only)")
 
 
+def _check_one_domain(node, types: tuple) -> None:
+    """A Dense/Conv with a fixed-point input computes its exact sum on codes: a float weight
+    or bias (a per-layer file's {"weight": "float32"}) has no code to sum with."""
+    for part, t in zip(("input", "weight", "bias"), types, strict=True):
+        if t is not None and not isinstance(t, FixedType):
+            raise GraphError(f"node {node.name} ({node.op}): its {part} has type {t} while the "
+                             "rest is fixed point; a layer computes in one domain: give its "
+                             "input, weight and bias fixed-point types, or make the whole "
+                             "model float32")
+
+
+def _check_float_into_fixed(g: Graph, node, tensors: dict) -> None:
+    """Only a quantizer turns float values into codes. Any other op with a fixed-point result
+    and a float32 activation (a per-layer file typing one layer float32 inside a fixed-point
+    model) would read float values as codes: refused here, at compile time, naming both."""
+    out_t = tensors[node.outputs[0]].dtype
+    if not isinstance(out_t, FixedType) or node.op in QUANTIZERS:
+        return
+    for i in node.inputs:
+        t = tensors[i].dtype if i and not g.is_const(i) else None
+        if t is not None and t.is_float:
+            raise GraphError(f"node {node.name} ({node.op}): input {i!r} is {t} but its result "
+                             f"is {out_t}; only a quantizer turns float values into fixed point "
+                             "(type the float layer's consumers float32 too, or make it fixed "
+                             "point)")
+
+
 def accumulator_types(g: Graph) -> Graph:
     tensors = dict(g.tensors)
     nodes = []
@@ -104,12 +132,14 @@ def accumulator_types(g: Graph) -> Graph:
                                                            dtype=tensors[node.inputs[0]].dtype)
         out_t = tensors[node.outputs[0]].dtype
         in_t = [tensors[i].dtype for i in node.inputs if i]
+        _check_float_into_fixed(g, node, tensors)
         if any(isinstance(t, FixedType) for t in in_t) and (out_t is None or not out_t.is_float):
             _check_fixed_elementwise(g, node)
             if node.op in LINEAR:
                 xt, wt = in_t[0], in_t[1]
                 b = g.constants[node.inputs[2]] if len(node.inputs) > 2 else None
                 bt = in_t[2] if len(in_t) > 2 else None
+                _check_one_domain(node, (xt, wt, bt))
                 lo, hi, frac = dense_range(xt, linear_weights(g, node), b, bt, wt)
                 acc = _check(node, lo, hi, frac, "accumulator")
                 node = node.with_attrs(acc=str(acc))

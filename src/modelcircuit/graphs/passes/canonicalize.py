@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from ..ir import Graph, Tensor, prune
+from ..ir import Graph, Node, Tensor, prune
 from ..ops import EXACT_PRODUCERS, FLOAT_CHAIN, LINEAR, BatchNormAttrs, Op, attrs
 from ._util import single_consumer, splice
 
@@ -71,14 +71,64 @@ def _affine(g: Graph, node, n: int) -> tuple[np.ndarray, np.ndarray] | None:
             Op.DIV: (1.0 / c, zero)}[node.op]
 
 
-def fold_batchnorm(g: Graph) -> Graph:
+def fold_batchnorm(g: Graph, expand: bool = False) -> Graph:
     """A BatchNorm, or a per-feature Add/Sub/Mul/Div by a constant (a BatchNorm the exporter
     expanded into element-wise ops), after a float Dense folds into its weights and bias (in
     float64): one requantization instead of one per op in fixed point.
 
     After a Dense with model-quantized weights it stays: it is float arithmetic between two
     quantizers and becomes thresholds later (or the host tail).
+
+    `expand` (fixed point): a BatchNorm that nothing folds into (no Dense/Conv before it,
+    e.g. a model that starts with one) becomes x * k + c per channel (expand_batchnorm), ops
+    that every backend computes in fixed point; otherwise the compile would succeed and the
+    first fixed-point run fail.
     """
+    g = _fold_batchnorm(g)
+    return expand_batchnorm(g) if expand else g
+
+
+def expand_batchnorm(g: Graph) -> Graph:
+    """Every BatchNorm left untyped in a graph the model does not type -> Mul by k = scale /
+    sqrt(var + eps), then Add of c = bias - mean * k (float64, as the importer does for a
+    channels-first frame: frontend/onnx/channels.py). The Add keeps the BatchNorm's name and
+    output, so a per-layer precision for the BatchNorm types its result. In a model-typed
+    (QONNX) graph a BatchNorm between two quantizers becomes exact thresholds of the float
+    model's own arithmetic instead (passes/thresholds.py), so it is left alone there."""
+    if g.get_meta("typed_by_model"):
+        return g
+    bns = [n for n in g.nodes if n.op == Op.BATCHNORM and g.tensor(n.outputs[0]).dtype is None]
+    if not bns:
+        return g
+    consts, tensors, swap = dict(g.constants), dict(g.tensors), {}
+
+    def fresh(base: str) -> str:
+        name, i = base, 0
+        while name in tensors:
+            i += 1
+            name = f"{base}_{i}"
+        return name
+
+    for bn in bns:
+        x, out = bn.inputs[0], bn.outputs[0]
+        shape = g.tensor(x).shape
+        n = shape[0]
+        k, c = _affine(g, bn, n)  # type: ignore[misc]
+        bshape = (n,) + (1,) * (len(shape) - 1)  # an IR BatchNorm normalises axis 0
+        kn, cn, mid = fresh(f"{bn.name}_k"), fresh(f"{bn.name}_c"), fresh(f"{out}_scaled")
+        consts[kn], consts[cn] = k.reshape(bshape), c.reshape(bshape)
+        tensors[kn], tensors[cn] = Tensor(kn, bshape), Tensor(cn, bshape)
+        tensors[mid] = Tensor(mid, shape)
+        mul_name = bn.name + "_scale"
+        while any(m.name == mul_name for m in g.nodes):
+            mul_name += "_"
+        swap[bn.name] = (Node.make(mul_name, Op.MUL, [x, kn], [mid]),
+                         Node.make(bn.name, Op.ADD, [mid, cn], [out]))
+    nodes = tuple(m for nd in g.nodes for m in swap.get(nd.name, (nd,)))
+    return prune(g.replace(nodes=nodes, constants=consts, tensors=tensors))
+
+
+def _fold_batchnorm(g: Graph) -> Graph:
     changed = True
     while changed:
         changed = False

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...graphs.check import require_fixed_point
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import Op
 from ...util.atomic import atomic_dir
@@ -44,6 +45,7 @@ def plan_build(compiled: CompiledGraph, prof: dict[str, Any], reuse: Any = None,
     the device is refused (fit.check_plan); `--strategy auto` picks per layer for this
     device. A CircuitPlan given (the export's) is only checked against the device. Returns
     (the plan, the estimate as a fit.FitPlan)."""
+    require_fixed_point(compiled.graph, "the FPGA flow")  # before any estimate
     if isinstance(reuse, CircuitPlan):
         return reuse, check_plan(compiled, prof, dict(reuse.reuse), reuse.schedule_name)
     if pipeline is None:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ...graphs.check import require_fixed_point
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import LINEAR
 from ...graphs.profiles import all_profiles
@@ -348,6 +349,8 @@ def plan_circuit(compiled: CompiledGraph, reuse: Reuse | str | None = None, pipe
     compiled graph's reuse option), except "auto", which becomes the plan of fit_reuse for
     the compiled graph's FPGA profile (fit_profile) with its fit block; `--strategy auto`
     picks per layer for that profile when it is an FPGA."""
+    check_io(compiled.graph)  # the circuit's first refusal comes first, as before
+    require_fixed_point(compiled.graph, "the HDL backend")  # before any estimate or circuit
     if isinstance(reuse, CircuitPlan):
         return resolve_plan(compiled, reuse, pipeline, adder_levels)
     if reuse is None:

@@ -61,7 +61,9 @@ class DoesNotFit(FlowError):
 
 
 class ToolError(FlowError):
-    """A tool exited with an error."""
+    """A tool exited with an error (`signal`: the signal that killed it, if one did)."""
+
+    signal: int | None = None
 
 
 def tool_path(tool: str) -> str:
@@ -196,7 +198,25 @@ class Runner:
         """Run `tool args` (or a shell line) in cwd; log to logs/<step>.log; return the log.
         Raises ToolError (exit status != 0, or killed by a signal) with the log's tail. A yowasp
         tool is warmed up first (warm_tool); a shell line runs as given. However the wait ends
-        (an error, Ctrl-C, SIGTERM turned into an exception), the tool does not outlive it."""
+        (an error, Ctrl-C, SIGTERM turned into an exception), the tool does not outlive it.
+
+        A yowasp tool killed by SIGBUS is run once more: its compiled cache was truncated
+        under it by a process that ran the tool without warm_tool's lock (a first run on an
+        empty cache, e.g. an empty HOME, beside another program using the same cache); the
+        second run loads the rewritten file (or compiles it again)."""
+        try:
+            return self._run(step, tool, args, cwd, timeout_s, shell)
+        except ToolError as e:
+            if (shell or e.signal != signal.SIGBUS
+                    or not os.path.basename(tool_path(tool)).startswith("yowasp-")):
+                raise
+            self.say(f"[{step}] {tool} was killed by SIGBUS (its compiled cache under "
+                     f"{yowasp_cache_dir()} was rewritten by another process); running it again")
+            time.sleep(2.0)  # the writer's write of the whole file
+            return self._run(step, tool, args, cwd, timeout_s, shell)
+
+    def _run(self, step: str, tool: str, args: list[str], cwd: Path, timeout_s: float | None,
+             shell: str | None) -> str:
         log_path = self.logs / f"{step}.log"
         if not shell:
             warm_tool(tool, self.say)
@@ -223,7 +243,9 @@ class Runner:
         self.times[step] = round(dt, 2)
         text = "".join(lines)
         if rc < 0:  # e.g. "yosys-synth failed: yosys was killed by SIGBUS", not "exit -7"
-            raise ToolError(f"{step} failed: {tool} was {_killed_by(rc)}", tail(text))
+            err = ToolError(f"{step} failed: {tool} was {_killed_by(rc)}", tail(text))
+            err.signal = -rc
+            raise err
         if rc != 0:
             raise ToolError(f"{step} failed (exit {rc}): {last_error(text)}", tail(text))
         self.say(f"[{step}] done in {dt:.1f}s")

@@ -1,0 +1,7 @@
+"""`python -m modelcircuit`: the console command (entry.py)."""
+
+import sys
+
+from .entry import main
+
+sys.exit(main())
