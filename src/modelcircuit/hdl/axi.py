@@ -139,16 +139,16 @@ class AxiLayout:
     output: StreamLayout
 
     @classmethod
-    def from_info(cls, info: dict[str, Any], beat_bytes: int | None = None,
-                  out_beat_bytes: int | None = None) -> AxiLayout:
+    def from_info(cls, info: dict[str, Any], beat_bytes: int | str | None = None,
+                  out_beat_bytes: int | str | None = None) -> AxiLayout:
         """From a model top's info (build_top). beat_bytes: TDATA bytes of the input stream
-        (None: one token per beat); out_beat_bytes: of the output (None: as beat_bytes, or
-        one token per beat)."""
-        def side(d: dict[str, Any], key: str, bb: int | None) -> StreamLayout:
+        (None: one token per beat; "dma": dma_beat_bytes, no padding); out_beat_bytes: of
+        the output (None: as beat_bytes)."""
+        def side(d: dict[str, Any], key: str, bb: int | str | None) -> StreamLayout:
             tokens = int(d.get("frame", {}).get("tokens", 1)) if info.get("streamed") else 1
             n, w = int(d["elements"]), int(d["element_width"])
             tb = n * lane_bits(w) // 8
-            b = tb if bb is None else int(bb)
+            b = tb if bb is None else dma_beat_bytes(tb) if bb == "dma" else int(bb)
             if b < 1 or b > 128:
                 raise HdlError(f"AXI-Stream beat of {b} bytes ({key}): need 1 to 128")
             return StreamLayout(n, w, bool(d["signed"]), tokens, b)
@@ -156,6 +156,18 @@ class AxiLayout:
         return cls(side(info["input"], "input", beat_bytes),
                    side(info["output"], "output",
                         out_beat_bytes if out_beat_bytes is not None else beat_bytes))
+
+
+MAX_DMA_BYTES = 8
+
+
+def dma_beat_bytes(token_bytes: int) -> int:
+    """The largest power of two <= MAX_DMA_BYTES dividing a token's bytes: a stream width an
+    AXI DMA takes, with no TKEEP and no padding."""
+    b = MAX_DMA_BYTES
+    while token_bytes % b:
+        b //= 2
+    return b
 
 
 def graph_id_words(graph_id: str) -> list[int]:
@@ -341,12 +353,13 @@ class AxiModel(wiring.Component):
 
 
 def axi_top(compiled: CompiledGraph, reuse: Reuse | str | None = None,
-            beat_bytes: int | None = None, adder_levels: int | None = None,
-            pipeline: str | None = None) -> tuple[AxiModel, dict[str, Any]]:
+            beat_bytes: int | str | None = None, adder_levels: int | str | None = None,
+            pipeline: str | None = None, out_beat_bytes: int | str | None = None
+            ) -> tuple[AxiModel, dict[str, Any]]:
     """The model (build_top) inside AxiModel; its info gains "axi" (layout, register map,
-    ports)."""
+    ports). Beat widths: AxiLayout.from_info."""
     core, info = build_top(compiled, reuse, adder_levels, pipeline)
-    layout = AxiLayout.from_info(info, beat_bytes)
+    layout = AxiLayout.from_info(info, beat_bytes, out_beat_bytes)
     top = AxiModel(core, info, compiled.graph_id, layout)
     info = dict(info, axi=axi_info(top))
     return top, info
@@ -363,9 +376,9 @@ def axi_info(top: AxiModel) -> dict[str, Any]:
 
 
 def convert_axi(compiled: CompiledGraph, reuse: Reuse | str | None = None,
-                top_name: str = "modelcircuit_axi", beat_bytes: int | None = None,
-                adder_levels: int | None = None, pipeline: str | None = None
-                ) -> tuple[str, dict[str, Any]]:
+                top_name: str = "modelcircuit_axi", beat_bytes: int | str | None = None,
+                adder_levels: int | None = None, pipeline: str | None = None,
+                out_beat_bytes: int | str | None = None) -> tuple[str, dict[str, Any]]:
     """(Verilog of the AXI IP, info), deterministic: the R = 1 Dense cores as text modules
     (hdl/units/netlist_text.py), as hdl/export.convert does."""
     from amaranth.back import rtlil
@@ -375,7 +388,8 @@ def convert_axi(compiled: CompiledGraph, reuse: Reuse | str | None = None,
     check_top_name(top_name)
     os.environ["AMARANTH_USE_YOSYS"] = "builtin"
     with text_cores(top_name) as cs:
-        top, info = axi_top(compiled, reuse, beat_bytes, adder_levels, pipeline)
+        top, info = axi_top(compiled, reuse, beat_bytes, adder_levels, pipeline,
+                            out_beat_bytes)
         il = rtlil.convert(top, name=top_name, emit_src=False)
     from amaranth.back import verilog
 
