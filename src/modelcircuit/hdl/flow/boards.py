@@ -4,7 +4,7 @@ and clock from the platform, a bitstream at the end.
 Boards: `icebreaker` (iCEBreaker, iCE40 UP5K, 12 MHz, UART on the FTDI's second port),
 `ulx3s-85f` (ULX3S, ECP5 LFE5U-85F, 25 MHz, UART through the FTDI) and `tang-nano-9k`
 (Tang Nano 9K, Gowin GW1NR-9, 27 MHz, UART through the BL702 on pins 17/18; placed and
-packed by families.gowin_board: nextpnr himbaechel, apycula's gowin_pack). The platform writes the
+packed by gowin.gowin_board: nextpnr himbaechel, apycula's gowin_pack). The platform writes the
 design (top.il, with the vendor IO buffers), pin constraints (top.pcf / top.lpf, clock
 frequency included) and its build script; the tools are the yowasp ones through Amaranth's
 env vars (YOSYS, NEXTPNR_ICE40, ICEPACK, NEXTPNR_ECP5, ECPPACK; OPENFPGALOADER is set too,
@@ -124,8 +124,8 @@ def build_board(core: Any, info: dict[str, Any], prof: dict[str, Any], board: st
     st = synthesize(work / "top.il", prof, work, runner, dsp_budget)
     check_fit(st, prof, what)
     fam = prof["family"]
-    if fam == "gowin":  # nextpnr himbaechel and gowin_pack (families.py)
-        from .families import gowin_board
+    if fam == "gowin":  # nextpnr himbaechel and gowin_pack (gowin.py)
+        from .gowin import gowin_board
 
         pnr = gowin_board(plat, prof, work, runner, what, cmds)
         return _finish(spec, work, out, prof, st, pnr, runner, board, wrapper, clk_hz)

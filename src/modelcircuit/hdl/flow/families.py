@@ -4,8 +4,8 @@ prjoxide, the Nexus packer, as `yowasp-prjoxide`).
 
 Neither nextpnr has an out-of-context mode, and the model's stream ports are wider than the
 parts have pins, so a build without a board places the model inside the UART wrapper
-(hdl/uart.py, 2 pins, left to the placer: build._place), as on iCE40. A board build
-(boards.py) takes pins and clock from the amaranth-boards platform: its design (top.il, with
+(hdl/uart.py, on the profile's `ooc_pins`: build._place), as on iCE40. A board build
+(boards.py; Gowin's place, route and pack: gowin.py) takes pins and clock from the amaranth-boards platform: its design (top.il, with
 the vendor IO buffers) and constraint file (Gowin: top.cst). Amaranth's Gowin platform
 scripts the legacy `nextpnr-gowin`; the yowasp wheel is nextpnr's himbaechel architecture, so
 the commands are written here: `--device <part> --vopt family=<chipdb> --vopt cst=top.cst`
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .tools import FlowError, Runner
+from .tools import FlowError
 
 
 def gowin_args(prof: dict[str, Any], ooc: bool) -> list[str]:
@@ -55,27 +55,3 @@ def write_ooc_constraints(prof: dict[str, Any], work: Path) -> None:
 # family -> its nextpnr arguments (nextpnr.nextpnr_args adds frequency, seed, report)
 FAMILY_ARGS: dict[str, Callable[[dict[str, Any], bool], list[str]]] = {
     "gowin": gowin_args, "nexus": nexus_args}
-
-
-def gowin_board(plat: Any, prof: dict[str, Any], work: Path, runner: Runner, what: str,
-                cmds: dict[str, list[str]]) -> dict[str, Any]:
-    """Place, route and pack a Gowin board design already in `work` (synth.json from the
-    platform's top.il, its top.cst beside it). `cmds`: the platform's build script's
-    commands (boards._script_commands); its `gowin_pack` line gives the packer's options
-    (the Tang Nano 9K's free the SPI pins for user IO). Returns nextpnr's parsed output;
-    the bitstream is work/top.fs."""
-    from .nextpnr import nextpnr_args, run_nextpnr
-
-    chipdb = getattr(plat, "_chipdb_device", None)
-    if chipdb != prof["chipdb"] or plat.part != prof["device"]:
-        raise FlowError(f"the board's part {plat.part} ({chipdb}) is not {prof['name']}'s "
-                        f"{prof['device']} ({prof['chipdb']})")
-    pack = cmds.get("$GOWIN_PACK")
-    if not (work / "top.cst").exists() or pack is None:
-        raise FlowError("the Gowin platform wrote no top.cst or no gowin_pack step")
-    args = nextpnr_args(prof, float(plat.default_clk_frequency) / 1e6, ooc=False)
-    pnr = run_nextpnr(runner, prof["nextpnr"], args, work, prof, what)
-    # the platform's pack line names its own netlist (top.pnr.json): ours is pnr.json
-    pack = ["pnr.json" if a.endswith(".pnr.json") else a for a in pack]
-    runner.run("pack", "gowin_pack", pack, work)
-    return pnr
