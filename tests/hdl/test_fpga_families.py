@@ -1,6 +1,7 @@
 """The Gowin (nextpnr himbaechel, apycula's gowin_pack) and Nexus (nextpnr-nexus) flows run
 for real on a tiny model: minutes of place and route each on a shared 2-core machine, so
-`slow` (measured: GW1NR-9 wrapped run ~3.5 min, LIFCL-40 ~1.7 min). Numbers must come from
+`slow` (measured on a busy 2-core machine: GW1NR-9 wrapped run 3.4 min, LIFCL-40 1.7 min,
+the Tang Nano 9K board build 11 min). Numbers must come from
 the tools and lie within the device."""
 
 from __future__ import annotations
