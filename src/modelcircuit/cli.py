@@ -263,6 +263,25 @@ def cmd_build(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(a: argparse.Namespace) -> int:
+    """`export`: a Vivado/Quartus project of the model as AXI IP (hdl/flow/vendor.py)."""
+    from .hdl.flow.vendor import check_request, export_project
+
+    check_request(a.vendor, a.part, a.clock_mhz)  # bad input fails before any work
+    out = a.out if a.out is not None else (
+        f"out/{Path(a.model or DEFAULT_MODEL).stem}-{a.vendor}-{a.part}")
+    check_out_dir(out)
+    compiled = compile_from_args(a)
+    rep = export_project(compiled, a.vendor, a.part, Path(out), clock_mhz=a.clock_mhz,
+                         reuse=parse_reuse(a.reuse), axis_bytes=a.axis_bytes)
+    print(f"{a.vendor} project for {a.part} at {a.clock_mhz:g} MHz: AXI4-Stream "
+          f"{8 * rep['axi']['input']['beat_bytes']}-bit in, "
+          f"{8 * rep['axi']['output']['beat_bytes']}-bit out, latency {rep['latency']}, "
+          f"II {rep['ii']}")
+    print(f"wrote {shown(out)}")
+    return 0
+
+
 def _model_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", help="ONNX model (default: the bundled digits MLP)")
 
@@ -328,6 +347,18 @@ def make_parser() -> argparse.ArgumentParser:
     b.add_argument("--board")
     b.add_argument("--out")
     b.set_defaults(fn=cmd_build)
+    e = sub.add_parser("export", help="Vivado/Quartus project of the model as AXI IP "
+                                      "(edalize, IP-XACT, PYNQ driver)")
+    _model_arg(e)
+    _precision_args(e)
+    e.add_argument("--vendor", required=True, help="vivado or quartus")
+    e.add_argument("--part", required=True, help="e.g. xczu3eg-sbva484-1-e, 5CSEMA5F31C6")
+    e.add_argument("--clock-mhz", type=float, default=200.0)
+    e.add_argument("--axis-bytes", type=_int_in(1, 128),
+                   help="TDATA bytes of both streams (default: per direction, the largest "
+                        "power of two <= 8 dividing a token)")
+    e.add_argument("--out")
+    e.set_defaults(fn=cmd_export)
     # the optional extras' commands: their modules import ray / starlette only when run
     from .explore import cli as sweep_cli
     from .serve import cli as serve_cli

@@ -12,6 +12,9 @@ flow (tests/test_layering.py).
     fit.py       --reuse auto (fit_reuse, plan_circuit) and the check of an explicit reuse
     boards.py    board builds (amaranth-boards platforms, the UART wrapper)
     build.py     the model-level entry points: build, run_flow, plan_build
+    families.py  Gowin and Nexus: nextpnr arguments, pins of the wrapped run
+    gowin.py     a Gowin board's place, route and pack (gowin_pack)
+    vendor.py    Vivado/Quartus projects of the AXI IP (edalize, IP-XACT, PYNQ driver)
 """
 
 from __future__ import annotations

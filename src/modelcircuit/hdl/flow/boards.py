@@ -1,8 +1,10 @@
 """Board builds on amaranth-boards platforms: the model behind a UART (hdl/uart.py), pins
 and clock from the platform, a bitstream at the end.
 
-Boards: `icebreaker` (iCEBreaker, iCE40 UP5K, 12 MHz, UART on the FTDI's second port) and
-`ulx3s-85f` (ULX3S, ECP5 LFE5U-85F, 25 MHz, UART through the FTDI). The platform writes the
+Boards: `icebreaker` (iCEBreaker, iCE40 UP5K, 12 MHz, UART on the FTDI's second port),
+`ulx3s-85f` (ULX3S, ECP5 LFE5U-85F, 25 MHz, UART through the FTDI) and `tang-nano-9k`
+(Tang Nano 9K, Gowin GW1NR-9, 27 MHz, UART through the BL702 on pins 17/18; placed and
+packed by gowin.gowin_board: nextpnr himbaechel, apycula's gowin_pack). The platform writes the
 design (top.il, with the vendor IO buffers), pin constraints (top.pcf / top.lpf, clock
 frequency included) and its build script; the tools are the yowasp ones through Amaranth's
 env vars (YOSYS, NEXTPNR_ICE40, ICEPACK, NEXTPNR_ECP5, ECPPACK; OPENFPGALOADER is set too,
@@ -33,6 +35,10 @@ BOARDS: dict[str, dict[str, Any]] = {
                    "title": "1BitSquared iCEBreaker (iCE40 UP5K)", "bitstream": "top.bin"},
     "ulx3s-85f": {"device": "ecp5-85k", "platform": "amaranth_boards.ulx3s:ULX3S_85F_Platform",
                   "title": "Radiona ULX3S 85F (ECP5 LFE5U-85F)", "bitstream": "top.bit"},
+    "tang-nano-9k": {"device": "gw1nr-9",
+                     "platform": "amaranth_boards.tang_nano_9k:TangNano9kPlatform",
+                     "title": "Sipeed Tang Nano 9K (Gowin GW1NR-9)", "bitstream": "top.fs",
+                     "platform_args": {"toolchain": "Apicula"}},
 }
 BAUD = 115200
 
@@ -48,8 +54,9 @@ def board_for(board: str, prof: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def platform(board: str) -> Any:
-    mod, cls = board_for(board)["platform"].split(":")
-    return getattr(importlib.import_module(mod), cls)()
+    spec = board_for(board)
+    mod, cls = spec["platform"].split(":")
+    return getattr(importlib.import_module(mod), cls)(**spec.get("platform_args", {}))
 
 
 class BoardTop(Elaboratable):
@@ -117,12 +124,23 @@ def build_board(core: Any, info: dict[str, Any], prof: dict[str, Any], board: st
     st = synthesize(work / "top.il", prof, work, runner, dsp_budget)
     check_fit(st, prof, what)
     fam = prof["family"]
+    if fam == "gowin":  # nextpnr himbaechel and gowin_pack (gowin.py)
+        from .gowin import gowin_board
+
+        pnr = gowin_board(plat, prof, work, runner, what, cmds)
+        return _finish(spec, work, out, prof, st, pnr, runner, board, wrapper, clk_hz)
     pnr_key = "$NEXTPNR_ICE40" if fam == "ice40" else "$NEXTPNR_ECP5"
     pack_key = "$ICEPACK" if fam == "ice40" else "$ECPPACK"
     if pnr_key not in cmds or pack_key not in cmds:
         raise FlowError(f"the {board} platform's build script has no {pnr_key}/{pack_key} step")
     pnr = run_nextpnr(runner, fam, _nextpnr_argv(cmds[pnr_key]), work, prof, what)
     runner.run("pack", "icepack" if fam == "ice40" else "ecppack", cmds[pack_key], work)
+    return _finish(spec, work, out, prof, st, pnr, runner, board, wrapper, clk_hz)
+
+
+def _finish(spec: dict[str, Any], work: Path, out: Path, prof: dict[str, Any],
+            st: dict[str, Any], pnr: dict[str, Any], runner: Runner, board: str,
+            wrapper: Any, clk_hz: float) -> dict[str, Any]:
     bit = spec["bitstream"]
     if not (work / bit).exists():
         raise ToolError(f"the packer wrote no {bit}")

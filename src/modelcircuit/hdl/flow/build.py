@@ -141,9 +141,9 @@ def _place(core: Any, info: dict[str, Any], prof: dict[str, Any], out: Path, run
         wrapped = wrap_uart(core, info, clock_mhz(prof, freq_mhz) * 1e6)
         rep = run_component(wrapped, prof, out, runner, what, dsp_budget=dsp_budget,
                             target_mhz=freq_mhz, bitstream=True)
-        rep["wrapper"] = ("uart: iCE40 has no out-of-context mode and too few pins for the "
-                          "stream ports; the model is placed inside the UART wrapper "
-                          "(2 pins, unconstrained)")
+        rep["wrapper"] = (f"uart: {prof['family']} has no out-of-context mode in nextpnr and "
+                          "too few pins for the stream ports; the model is placed inside the "
+                          "UART wrapper (2 pins, unconstrained)")
         return rep
     return run_component(core, prof, out, runner, what, dsp_budget=dsp_budget,
                          target_mhz=freq_mhz)

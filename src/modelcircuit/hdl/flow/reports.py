@@ -52,11 +52,17 @@ def parse_stat(stat_json: Path) -> dict[str, Any]:
     mods = d.get("modules", {})
     top = d.get("design") or (next(iter(mods.values())) if mods else {})
     cells = top.get("num_cells_by_type", {})
-    lut = sum(v for k, v in cells.items() if k in ("SB_LUT4", "LUT4", "$lut"))
-    ff = sum(v for k, v in cells.items() if re.match(r"^(SB_DFF\w*|TRELLIS_FF|\$_DFF\w*|FD1\w*)$", k))
-    carry = sum(v for k, v in cells.items() if k in ("SB_CARRY", "CCU2C"))
-    dsp = sum(v for k, v in cells.items() if k in ("SB_MAC16", "MULT18X18D"))
-    bram = sum(v for k, v in cells.items() if k in ("SB_RAM40_4K", "DP16KD", "PDPW16KD"))
+    # Gowin: LUT1..LUT4, DFF*, ALU, MULT*, (S)DPB/SP/pROM; Nexus: LUT4, FD1P3*, CCU2, MULT*, *16K
+    lut = sum(v for k, v in cells.items() if k in ("SB_LUT4", "LUT4", "$lut", "LUT1", "LUT2",
+                                                   "LUT3"))
+    ff = sum(v for k, v in cells.items()
+             if re.match(r"^(SB_DFF\w*|TRELLIS_FF|\$_DFF\w*|FD1\w*|DFF[A-Z]*)$", k))
+    carry = sum(v for k, v in cells.items() if k in ("SB_CARRY", "CCU2C", "CCU2", "ALU"))
+    dsp = sum(v for k, v in cells.items() if k in ("SB_MAC16", "MULT18X18D", "MULT9X9",
+                                                   "MULT18X18", "MULT18X36", "MULT36X36"))
+    bram = sum(v for k, v in cells.items() if k in ("SB_RAM40_4K", "DP16KD", "PDPW16KD", "SDPB",
+                                                    "DPB", "SP", "SDPX9B", "DPX9B", "pROM",
+                                                    "DP16K", "PDP16K", "SP16K", "PDPSC16K"))
     return {"lut": lut, "ff": ff, "carry": carry, "dsp": dsp, "bram": bram,
             "cells": {k: int(v) for k, v in sorted(cells.items())}}
 

