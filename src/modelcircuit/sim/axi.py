@@ -36,7 +36,7 @@ def export_axi(compiled: Any, reuse: Any, beat_bytes: int | None, folder: Path
                ) -> tuple[Path, dict[str, Any]]:
     """The AXI IP's Verilog and info, regenerated only on change (caller holds the lock)."""
     from ..hdl.axi import convert_axi
-    from ..hdl.flow import plan_reuse
+    from ..hdl.flow import plan_circuit
 
     hdl_dir = folder / "hdl"
     key = rtl._sha(compiled.graph_id, rtl._reuse_tag(reuse), str(beat_bytes),
@@ -46,7 +46,7 @@ def export_axi(compiled: Any, reuse: Any, beat_bytes: int | None, folder: Path
         if hdl_dir.exists():
             shutil.rmtree(hdl_dir)
         hdl_dir.mkdir(parents=True)
-        text, info = convert_axi(compiled, plan_reuse(compiled, reuse), TOP, beat_bytes)
+        text, info = convert_axi(compiled, plan_circuit(compiled, reuse), TOP, beat_bytes)
         v.write_text(text)
         js.write_text(json.dumps(info, sort_keys=True, default=str))
         stamp.write_text(key)

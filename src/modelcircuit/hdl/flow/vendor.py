@@ -78,10 +78,10 @@ def export_project(compiled: Any, vendor: str, part: str, out: Path | str,
     family = check_request(vendor, part, clock_mhz)
     if axis_bytes is not None and not (1 <= axis_bytes <= 128):
         raise FlowError(f"--axis-bytes {axis_bytes}: need 1 to 128")
-    from .fit import plan_reuse
+    from .fit import plan_circuit
 
     beats = "dma" if axis_bytes is None else axis_bytes
-    verilog, info = convert_axi(compiled, plan_reuse(compiled, reuse), TOP, beats)
+    verilog, info = convert_axi(compiled, plan_circuit(compiled, reuse), TOP, beats)
     layout = AxiLayout.from_info(info, beats)
     return atomic_dir(Path(out), lambda d: _write(d, compiled, vendor, part, family,
                                                   clock_mhz, verilog, info, layout))
