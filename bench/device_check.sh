@@ -23,7 +23,7 @@
 #   x=$(git rev-parse --git-path info/exclude); echo /.whl/ >>$x; echo /.devmodels/ >>$x
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-#     -d .whl starlette==1.10.0 uvicorn==0.55.0 amaranth==0.5.10 jschon==0.11.1 pyvcd==0.4.2
+#     -d .whl starlette==1.10.0 uvicorn==0.55.0 amaranth==0.5.10 jschon==0.11.1 pyvcd==0.4.2 rfc3986==2.0.0
 #   rm -rf .devmodels && cp -r ../shared/models .devmodels   # a travelling copy, never committed
 # Then ONE device call (timeout_s 540; carry [".whl", ".devmodels"]):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; bash bench/device_check.sh
@@ -48,7 +48,7 @@ if [[ $MODE == prepare ]]; then
   rm -rf .whl && mkdir -p .whl
   $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-    -d .whl starlette==1.10.0 uvicorn==0.55.0 amaranth==0.5.10 jschon==0.11.1 pyvcd==0.4.2 \
+    -d .whl starlette==1.10.0 uvicorn==0.55.0 amaranth==0.5.10 jschon==0.11.1 pyvcd==0.4.2 rfc3986==2.0.0 \
     || exit 1
   rm -rf .devmodels
   if [[ -d ../shared/models ]]; then cp -r ../shared/models .devmodels
@@ -201,15 +201,25 @@ for s in steps:  # the pytest tally line of each pytest step, for the summary
         tally = [ln for ln in log.read_text(errors="replace").splitlines()
                  if re.search(r"\d+ (passed|failed|error|skipped|tests? collected|deselected)", ln)]
         s["tally"] = tally[-1].strip("= ") if tally else None
+        if mode == "gpu" and s["status"] == "pass" and "passed" not in (s["tally"] or ""):
+            s["status"], s["reason"] = "fail", "no gpu test ran (all skipped: no CUDA device?)"
 for s in steps:
     if s["step"].startswith("verify:") and s["step"][7:] in verify:
-        s["bit_exact"] = verify[s["step"][7:]].get("bit_exact")
+        rep = verify[s["step"][7:]]
+        s["bit_exact"] = rep.get("bit_exact")
+        note = (rep.get("notes") or {}).get("gpu-emu" if mode == "dry" else "gpu") or {}
+        s["ran_on"] = note.get("what")
+        if mode == "gpu" and note.get("device") is not True and s["status"] == "pass":
+            # verify's gpu backend falls back to the emulator where it finds no device
+            s["status"], s["reason"] = "fail", f"gpu backend ran on: {note.get('what')}"
 bench = out / "bench.json"
 if bench.is_file():
     try:
         b = json.loads(bench.read_text())
         steps[-1]["bench_counts"] = b.get("counts")
         steps[-1]["acceptance"] = b.get("acceptance")
+        if mode == "gpu" and b.get("cuda") != "ok" and steps[-1]["status"] == "pass":
+            steps[-1]["status"], steps[-1]["reason"] = "fail", f"bench saw no CUDA: {b.get('cuda')}"
     except ValueError:
         pass
 counts = {}

@@ -85,3 +85,27 @@ def test_device_check_refuses_unknown_option() -> None:
     r = subprocess.run(["bash", str(SCRIPT), "--bogus"], cwd=ROOT, capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 2 and r.stderr.startswith("error: unknown option --bogus")
+
+
+@needs
+@pytest.mark.slow
+def test_gpu_mode_without_a_device_fails_loudly(tmp_path: Path) -> None:
+    """Where CuPy sees no device, the real mode must not pass on skips and fallbacks: the gpu
+    tests all skipped, verify's gpu backend on the emulator, the bench without CUDA are fails."""
+    from tests.conftest import gpu_available
+
+    if gpu_available():
+        pytest.skip("a CUDA device is here")
+    out = tmp_path / "out"
+    e = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "VERIFY_ONLY": "1",
+         "BENCH_MODELS": "jet"}
+    e.pop("DRY", None)
+    r = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=e, capture_output=True, text=True,
+                       timeout=300)
+    s = json.loads((out / "summary.json").read_text())
+    assert r.returncode == 1 and s["mode"] == "gpu" and s["ok"] is False
+    st = {x["step"]: x for x in s["steps"]}
+    assert st["env"]["status"] == "pass"
+    for name in ("tests", "verify:digits_mlp", "serve", "bench"):
+        assert st[name]["status"] == "fail", st[name]
+    assert "emulator" in st["verify:digits_mlp"]["reason"]

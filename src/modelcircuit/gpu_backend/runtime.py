@@ -103,6 +103,15 @@ class GpuModel:
             # The uploads and the arena's memset ran on the legacy default stream, which the
             # non-blocking streams below do not wait for: finish them before any capture.
             cp.cuda.runtime.deviceSynchronize()
+            # One eager pass at the smallest bucket first: every function is loaded (lazy
+            # module loading) and a launch that the device refuses fails here, with its own
+            # message, and not as an invalidated capture.
+            try:
+                self.enqueue(self.buckets[0])
+                self.streams[0].synchronize()
+            except Exception as e:  # noqa: BLE001
+                msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise GpuError(f"CUDA kernel launch failed: {msg}") from None
             self.graphs = {b: self._capture(b) for b in self.buckets}
             cp.cuda.runtime.deviceSynchronize()
 
