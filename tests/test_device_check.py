@@ -109,3 +109,27 @@ def test_gpu_mode_without_a_device_fails_loudly(tmp_path: Path) -> None:
     for name in ("tests", "verify:digits_mlp", "serve", "bench"):
         assert st[name]["status"] == "fail", st[name]
     assert "emulator" in st["verify:digits_mlp"]["reason"]
+
+
+def test_bench_acceptance_ratios() -> None:
+    """The issue's two bars from rows: ours over the peer, each from the rows that ran ok."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
+    gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu)
+    rows = [{"model": "jet", "precision": "float32", "impl": "mc-replay", "status": "ok",
+             "b1": {"p50_us": 10.0}, "big_samples_per_s": 8.0},
+            {"model": "jet", "precision": "fixed<16,6>", "impl": "mc-replay", "status": "ok",
+             "b1": {"p50_us": 30.0}},
+            {"model": "jet", "precision": "float32", "impl": "torch-graph", "status": "ok",
+             "b1": {"p50_us": 20.0}},
+            {"model": "jet", "precision": "float32", "impl": "ort-cuda-graph", "status": "ok",
+             "big_samples_per_s": 10.0},
+            {"model": "big_cnn", "precision": "float32", "impl": "mc-replay", "status": "ok",
+             "b1": {"p50_us": 1.0}, "big_samples_per_s": 5.0},
+            {"model": "big_cnn", "precision": "float32", "impl": "ort-cuda-graph",
+             "status": "skipped"}]
+    assert gpu.acceptance(rows) == {"jet_b1_p50_ours_float32_over_torch_graph": 0.5,
+                                    "jet_b1_p50_ours_fixed16_6_over_torch_graph": 1.5,
+                                    "jet_big_throughput_ours_over_ort_cuda": 0.8}
