@@ -3,6 +3,7 @@ float32 implementations of one graph may differ."""
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_MODELS = ROOT.parent / "shared" / "models"
+# MODELCIRCUIT_SHARED_MODELS: where a copy travels without ../shared (the GPU machine; see
+# bench/device_check.sh)
+SHARED_MODELS = Path(os.environ.get("MODELCIRCUIT_SHARED_MODELS") or ROOT.parent / "shared" / "models")
 DATA = ROOT / "src" / "modelcircuit" / "data"
 
 

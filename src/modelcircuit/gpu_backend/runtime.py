@@ -16,6 +16,7 @@ import numpy as np
 from ..graphs.compiled import CompiledGraph
 from .codegen import lower
 from .kernel import BLOCK, GpuError, Program
+from .nvrtc import OPTIONS
 
 DEFAULT_BUCKETS = (1, 64, 4096, 65536)
 _NP = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
@@ -82,11 +83,7 @@ class GpuModel:
                                    self.info["mem_bytes"])
         self.device = cp.cuda.Device(device)
         with self.device:
-            try:
-                mod = cp.RawModule(code=prog.source, options=("-std=c++17",))
-                self.fns = {k.kname: mod.get_function(k.kname) for k in prog.kernels}
-            except Exception as e:  # noqa: BLE001
-                raise GpuError(f"CUDA module failed to load: {str(e).splitlines()[0]}") from None
+            self.fns = self._module(prog)
             blob = prog.weights_blob or b"\0" * 16
             self.weights = cp.asarray(np.frombuffer(blob, dtype=np.uint8))  # uploaded once
             top = self.buckets[-1]
@@ -103,7 +100,33 @@ class GpuModel:
                            for n in prog.inputs}
             self.pin_out = {n: cupyx.empty_pinned((top, self._size(n)), self._dtype(n))
                             for n in prog.outputs}
+            # The uploads and the arena's memset ran on the legacy default stream, which the
+            # non-blocking streams below do not wait for: finish them before any capture.
+            cp.cuda.runtime.deviceSynchronize()
+            # One eager pass at the smallest bucket first: every function is loaded (lazy
+            # module loading) and a launch that the device refuses fails here, with its own
+            # message, and not as an invalidated capture.
+            try:
+                self.enqueue(self.buckets[0])
+                self.streams[0].synchronize()
+            except Exception as e:  # noqa: BLE001
+                msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise GpuError(f"CUDA kernel launch failed: {msg}") from None
             self.graphs = {b: self._capture(b) for b in self.buckets}
+            cp.cuda.runtime.deviceSynchronize()
+
+    def _module(self, prog: Program) -> dict[str, Any]:
+        """Compile with NVRTC for this device (CuPy picks the arch). RawModule compiles
+        lazily, at the first get_function; a CuPy that already passes a -std option may
+        refuse a second one, so retry without ours before giving up."""
+        cp, first = self.cp, None
+        for options in (OPTIONS, ()):
+            try:
+                mod = cp.RawModule(code=prog.source, options=options)
+                return {k.kname: mod.get_function(k.kname) for k in prog.kernels}
+            except Exception as e:  # noqa: BLE001
+                first = first or (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise GpuError(f"CUDA module failed to load: {first}")
 
     # -- layout --------------------------------------------------------------------------
     def _size(self, name: str) -> int:
@@ -152,13 +175,21 @@ class GpuModel:
             main.wait_event(ev)
 
     def _capture(self, batch: int) -> Any:
-        main = self.streams[0]
+        cp, main = self.cp, self.streams[0]
+        # Relaxed: nothing else in this process may be refused a CUDA call while we capture
+        # (the server's other threads); CuPy without the constant uses its own default.
+        mode = getattr(cp.cuda.runtime, "streamCaptureModeRelaxed", None)
         try:
-            main.begin_capture()
-            self.enqueue(batch)
+            main.begin_capture() if mode is None else main.begin_capture(mode)
+            try:
+                self.enqueue(batch)
+            except Exception:
+                main.end_capture()  # leave the stream usable; the launch error is the message
+                raise
             return main.end_capture()
         except Exception as e:  # noqa: BLE001
-            raise GpuError(f"CUDA graph capture failed: {str(e).splitlines()[0]}") from None
+            msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise GpuError(f"CUDA graph capture failed: {msg}") from None
 
     def bucket(self, batch: int) -> int:
         for b in self.buckets:
@@ -174,14 +205,16 @@ class GpuModel:
             if hi - lo < b:
                 pin[hi - lo: b] = 0
             dst = self._view(name, b)
-            cp.cuda.runtime.memcpyAsync(dst.data.ptr, pin.ctypes.data, dst.nbytes, 1, main.ptr)
+            cp.cuda.runtime.memcpyAsync(dst.data.ptr, pin.ctypes.data, dst.nbytes,
+                                         cp.cuda.runtime.memcpyHostToDevice, main.ptr)
 
     def _copy_out(self, lo: int, hi: int, b: int, out: dict[str, np.ndarray]) -> None:
         cp, main = self.cp, self.streams[0]
         for name in self.prog.outputs:
             src = self._view(name, b)
             pin = self.pin_out[name]
-            cp.cuda.runtime.memcpyAsync(pin.ctypes.data, src.data.ptr, src.nbytes, 2, main.ptr)
+            cp.cuda.runtime.memcpyAsync(pin.ctypes.data, src.data.ptr, src.nbytes,
+                                         cp.cuda.runtime.memcpyDeviceToHost, main.ptr)
         main.synchronize()
         for name in self.prog.outputs:
             out[name][lo:hi] = self.pin_out[name][: hi - lo].reshape(out[name][lo:hi].shape)
