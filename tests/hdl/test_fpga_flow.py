@@ -105,7 +105,7 @@ def test_folded_coefficients_in_block_ram(tmp_path):
     """R > 1: the coefficient ROM (depth >= 16; "fmax": >= 128, shallower ones in LUTs) is
     inferred as ECP5 block RAM (DP16KD / PDPW16KD in yosys's own cell count), and the
     latency is still the simulated one."""
-    from modelcircuit.hdl import build_top
+    from modelcircuit.hdl import build_top, plan_top
     from modelcircuit.sim.amaranth_sim import simulate
 
     from .helpers import check
@@ -114,7 +114,7 @@ def test_folded_coefficients_in_block_ram(tmp_path):
     c, x = dense_case("fixed<8,3>", "fixed<8,2>", "fixed<10,4>", "fixed<8,3>", 8, 6, True, 4)
     top, info = build_top(c, 32, pipeline="latency")  # 8 inputs x 4 output groups: 32 steps
     assert info["layers"][0]["fold"]["rom"]["style"] == "block"
-    assert build_top(c, 32, pipeline="fmax")[1]["layers"][0]["fold"]["rom"]["style"] == "logic"
+    assert plan_top(c, 32, pipeline="fmax")["layers"][0]["fold"]["rom"]["style"] == "logic"
     res = simulate(top, info, x[:2])
     assert res.delivered[0] - res.accepted[0] == info["latency"]
     check(c, x[:6], reuse=32, backpressure=0.3, pipeline="latency")

@@ -218,7 +218,7 @@ def test_suggested_reuse_is_accepted(models: dict[str, str]) -> None:
 def test_layer_size_is_what_the_circuit_builds() -> None:
     """fold.layer_size counts the products and ROM bits hdl/units/dense.py instantiates (read
     from the units' own figures; build_top constructs, it does not elaborate)."""
-    from modelcircuit.hdl import build_top
+    from modelcircuit.hdl import plan_top
     from modelcircuit.hdl.plan.fold import layer_size
     from modelcircuit.hdl.plan.size import dense_weights
 
@@ -226,7 +226,7 @@ def test_layer_size_is_what_the_circuit_builds() -> None:
     ws = dense_weights(c.graph)
     for r in (1, 3, 16, 64, 100):
         plan = {n: min(r, int(w.size)) for n, w in ws.items()}
-        _, info = build_top(c, plan)
+        info = plan_top(c, plan)
         for lay in info["layers"]:
             if lay["op"] != "Dense":
                 continue

@@ -14,7 +14,7 @@ import pytest
 from modelcircuit.api import compile
 from modelcircuit.frontend.onnx.importer import load_onnx
 from modelcircuit.graphs import reference
-from modelcircuit.hdl import build_top
+from modelcircuit.hdl import build_top, plan_top
 from modelcircuit.hdl.flow import plan_circuit
 from modelcircuit.hdl.uart import UartWrapper, decode_vector, encode_vector, frame_bytes
 from modelcircuit.sim import rtl
@@ -137,7 +137,7 @@ def test_conv2d_small_keras_up5k_build_through_uart(tmp_path):
 
     c = compile(load_onnx(str(CONV2D)), precision="fixed<8,3>", profile="ice40-up5k")
     plan = plan_circuit(c, "auto")
-    _, info = build_top(c, plan)
+    info = plan_top(c, plan)
     sm = next(lay for lay in info["layers"] if lay.get("op") == "Softmax")
     assert sm["softmax"] == "serial" and info["pipeline"] == "area"
     x = np.random.default_rng(3).integers(-128, 128, size=(4, 8, 8, 1))

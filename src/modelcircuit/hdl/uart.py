@@ -39,6 +39,8 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .streamed.top import StreamTop
+
 
 def frame_bytes(bits: int) -> int:
     return max(1, (int(bits) + 7) // 8)
@@ -144,8 +146,8 @@ class UartWrapper(wiring.Component):
         p = {"format": "8N1", "divisor": self.divisor, "input_bytes": self.n_in,
              "output_bytes": self.n_out, "byte_order": "little-endian payload",
              "frame_timeout_cycles": self.frame_timeout, "buffered": self.buffered}
-        design = getattr(self.core, "design", None)  # a streamed core (hdl/streamed/units.py)
-        if design is not None:
+        if isinstance(self.core, StreamTop):  # a streamed core: tokens per frame
+            design = self.core.design
             p.update(streamed=True, tokens_in_per_frame=design.input.per_frame,
                      tokens_out_per_frame=design.output.per_frame)
         return p

@@ -48,18 +48,18 @@ def test_fold_over_outputs_cuts_multipliers():
     w = np.asarray(c.graph.constants["w"])
     assert fold_shape(6, 4, 24).r_out == 4 and fold_shape(6, 4, 13).r_out == 2
     assert fold_multipliers(w, 6) <= 4 and fold_multipliers(w, 24) <= 1
-    info = build_top(c, 24)[1]
+    info = plan_top(c, 24)
     assert info["layers"][0]["fold"]["rom"] == {"depth": 24, "width": 9, "style": "block"}
 
 
 def test_default_pipeline_follows_the_target():
     c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
-    assert build_top(c, 1)[1]["pipeline"] == "latency"  # no FPGA profile: fewest cycles
-    info = build_top(dataclasses.replace(c, profile="ecp5-25k"), 1)[1]
+    assert plan_top(c, 1)["pipeline"] == "latency"  # no FPGA profile: fewest cycles
+    info = plan_top(dataclasses.replace(c, profile="ecp5-25k"), 1)
     assert info["pipeline"] == "fmax" and info["adder_levels"] == SCHEDULES["fmax"].adder_levels
     # "fmax": constants of <= 3 signed digits are shift-add leaves, not multipliers
     assert info["layers"][0]["shift_add"] > 0
-    assert info["multipliers"] < build_top(c, 1)[1]["multipliers"]
+    assert info["multipliers"] < plan_top(c, 1)["multipliers"]
 
 
 def test_reuse_auto_is_the_fit_plan():

@@ -19,7 +19,7 @@ import pytest
 from modelcircuit.graphs import reference
 from modelcircuit.graphs.ir import Graph, Node, Tensor
 from modelcircuit.graphs.pipeline import compile_graph
-from modelcircuit.hdl import build_top
+from modelcircuit.hdl import build_top, plan_top
 from modelcircuit.hdl.errors import HdlError
 from modelcircuit.sim import rtl
 
@@ -130,7 +130,7 @@ def test_2d_bit_exact_with_gaps_and_backpressure(cnn2d, cache) -> None:
     exp = reference.execute(cnn2d.graph, [x], inputs_are_codes=True)[cnn2d.graph.outputs[0]]
     assert np.array_equal(r["outputs"], exp)
     # simulated latency per frame and II per pixel equal the compile-time figures
-    _, info = build_top(cnn2d, REUSE_2D)
+    info = plan_top(cnn2d, REUSE_2D)
     assert c["latency_ok"] and c["ii_ok"]
     assert r["latency_frames"] == info["latency_frames"][:len(r["latency_frames"])]
     assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])
@@ -165,7 +165,7 @@ def test_schedule_sizes_the_skip_fifo(cnn2d) -> None:
     """The concat's FIFO on the short path (r1 -> cat) must hold what the depthwise Conv on
     the long path still needs before its first output: with a 3x3 window and one pixel of
     padding, the pixels of one row and two more (W + 2 = 6) of its 4-wide input."""
-    top, info = build_top(cnn2d, REUSE_2D)
+    info = plan_top(cnn2d, REUSE_2D)
     cat = [lay for lay in info["layers"] if lay.get("node") == "cat"][0]
     short = cat["fifo_depths"][0]
     assert short >= 4 + 2 + 1, cat

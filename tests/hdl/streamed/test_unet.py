@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from modelcircuit.api import compile as mc_compile
 from modelcircuit.api import load_onnx
 from modelcircuit.cli import main as cli
-from modelcircuit.hdl import build_top
+from modelcircuit.hdl import plan_top
 from modelcircuit.hdl.flow import fit_reuse, fpga_profile
 from modelcircuit.hdl.flow.estimate import bram_tiles
 from modelcircuit.hdl.flow.stream_fit import refusal
@@ -114,7 +114,7 @@ def test_skip_fifo_depth_is_the_structural_lag(unet) -> None:
     """The top Concat's FIFO on the skip side holds exactly what the long path still needs
     (its rows of lag x W, plus less than two rows of columns and pipeline): the event model
     sizes it at the structural bound, not at a multiple of it."""
-    _, info = build_top(unet, 1)
+    info = plan_top(unet, 1)
     cat = [lay for lay in info["layers"] if lay.get("node") == "cat0"][0]
     srcs = cat["sources"]
     assert len(srcs) == 2
@@ -143,7 +143,7 @@ def test_auto_plan_names_fifos_for_external_memory(unet) -> None:
     """On a device with too little block RAM for the skip FIFOs the plan is still made:
     per-layer reuse, II per pixel, frame latency, the estimate, and the FIFOs that would
     need external memory (largest first, size and bandwidth at the scheduled rate)."""
-    _, info = build_top(unet, 1)
+    info = plan_top(unet, 1)
     cat = [lay for lay in info["layers"] if lay.get("node") == "cat0"][0]
     fp = fit_reuse(unet, _small_bram("ecp5-85k", 2))
     j = fp.to_json()

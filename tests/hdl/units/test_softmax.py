@@ -172,7 +172,7 @@ def test_conv2d_small_keras_estimate_sees_the_softmax():
     """`--reuse auto` on the iCE40: the streamed model's Softmax runs once per frame (64
     pixels >= 33), so the serial unit, and the fit's estimate counts it."""
     import modelcircuit as mc
-    from modelcircuit.hdl import build_top
+    from modelcircuit.hdl import plan_top
     from modelcircuit.hdl.flow.fit import plan_circuit
 
     c = mc.compile(mc.load_onnx(str(CONV2D)), precision="fixed<8,3>", reuse="auto",
@@ -181,7 +181,7 @@ def test_conv2d_small_keras_estimate_sees_the_softmax():
     layers = plan.fit["layers"]
     sm = [lay for lay in layers if lay["node"] == "Softmax"]
     assert sm and sm[0]["multipliers"] == 1 and sm[0]["bram"] >= 2
-    _, info = build_top(c, plan)
+    info = plan_top(c, plan)
     unit = next(lay for lay in info["layers"] if lay.get("op") == "Softmax")
     assert unit["softmax"] == "serial" and unit["cycles_per_frame"] == serial_ii(10)
     assert info["busiest"] != unit["instance"]  # it never sets the II per pixel
@@ -223,9 +223,9 @@ def test_verify_rtl_jet_tagger_serial_softmax(tmp_path, profile, deep):
     ("latency" schedule; on an ECP5 profile "fmax": the deep variant), bit-exact in
     Verilator against the golden model."""
     import modelcircuit as mc
-    from modelcircuit.hdl import build_top
+    from modelcircuit.hdl import plan_top
 
-    _, info = build_top(mc.compile(mc.load_onnx(str(JET)), reuse=32, profile=profile))
+    info = plan_top(mc.compile(mc.load_onnx(str(JET)), reuse=32, profile=profile))
     sm = next(lay for lay in info["layers"] if lay["op"] == "Softmax")
     assert sm["softmax"] == "serial" and info["ii"] == 32
     assert (sm["ii"], sm["latency"]) == (serial_ii(5, deep), serial_latency(5, deep))

@@ -25,7 +25,7 @@ from ...graphs.ops import Op
 from ...util.atomic import atomic_dir
 from ..plan.circuit import CircuitPlan, resolve_plan
 from ..plan.reuse import ReusePlan, resolve_reuse
-from ..plan.schedule import default_schedule
+from ..plan.schedule import default_schedule, resolve_schedule
 from ..vector.top import build_top
 from .devices import family, fpga_profile
 from .fit import FitPlan, check_plan, choose_strategy, fit_reuse
@@ -50,7 +50,7 @@ def plan_build(compiled: CompiledGraph, prof: dict[str, Any], reuse: Any = None,
         return reuse, check_plan(compiled, prof, dict(reuse.reuse), reuse.schedule_name)
     if pipeline is None:
         pipeline = default_schedule(prof["name"])
-    resolve_plan(compiled, 1, pipeline, adder_levels)  # a bad schedule option fails first
+    resolve_schedule(compiled, pipeline, adder_levels)  # a bad schedule option fails first
     if reuse is None:
         reuse = compiled.options.get("reuse", 1) if hasattr(compiled, "options") else 1
     if isinstance(reuse, str) and reuse == "auto":
