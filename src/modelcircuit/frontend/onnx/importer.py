@@ -67,7 +67,7 @@ from .io import (
     tensor_value,
 )
 from .layout import attrs
-from .quant import bipolar, quant
+from .quant import bipolar, quant, trunc
 from .spatial import conv, pool
 from .state import SUPPORTED_OPS, ImportState
 
@@ -75,7 +75,7 @@ __all__ = ["SUPPORTED_OPS", "Unsupported", "import_model", "load_onnx"]
 
 _QUANT_DOMAINS = ("qonnx", "finn", "brevitas")
 # QONNX quantizers: taken in any domain, on constants as on activations (never folded)
-_QUANTIZERS = {"Quant": quant, "BipolarQuant": bipolar}
+_QUANTIZERS = {"Quant": quant, "BipolarQuant": bipolar, "Trunc": trunc}
 
 
 def load_onnx(path: str | os.PathLike[str]) -> Graph:

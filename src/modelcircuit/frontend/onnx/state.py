@@ -20,6 +20,7 @@ SUPPORTED_OPS = (
     "DequantizeLinear", "Shape", "Gather", "Concat", "Constant", "Cast", "Conv", "MaxPool",
     "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
     f"{CHANNELS_LAST}.Conv", f"{CHANNELS_LAST}.MaxPool",
+    "Clip", "HardSigmoid", "HardSwish", "Pad", "ReduceMean", "Trunc",
 )
 
 class ImportState:

@@ -100,7 +100,7 @@ def _frame_layout(g: Graph, n: Node) -> bool:
     cur = single_consumer(g, n.outputs[0])
     while cur is not None and cur.op in (Op.MUL, Op.ADD) and _scalar(g, cur.inputs[1]) is not None:
         cur = single_consumer(g, cur.outputs[0])
-    return cur is not None and cur.op == Op.CONV
+    return cur is not None and cur.op in LINEAR
 
 
 def sink_scales(g: Graph) -> Graph:
@@ -134,8 +134,40 @@ def sink_scales(g: Graph) -> Graph:
     return g
 
 
+def sink_sum_scales(g: Graph) -> Graph:
+    """Add/Sub of two activations with one per-tensor scale (a residual join: both operands
+    quantized by one quantizer, s * q1 + s * q2) -> s * (q1 + q2): the sum runs on the integer
+    codes (exact), the scale after it reaches the next quantizer's thresholds or Conv."""
+    for n in list(g.nodes):
+        if n.op not in (Op.ADD, Op.SUB) or any(g.is_const(i) for i in n.inputs):
+            continue
+        ps = [g.producer(i) for i in n.inputs]
+        if any(p is None or p.op != Op.MUL or single_consumer(g, p.outputs[0]) is None
+               or not isinstance(g.tensor(p.inputs[0]).dtype, FixedType) for p in ps):
+            continue
+        sc = [_scalar(g, p.inputs[1]) for p in ps]  # type: ignore[union-attr]
+        if sc[0] is None or sc[0] != sc[1] or sc[0] <= 0 or g.tensor(n.outputs[0]).dtype:
+            continue
+        a, b = ps  # type: ignore[misc]
+        t, k = f"{n.name}_codes", 1
+        while t in g.tensors:
+            t, k = f"{n.name}_codes{k}", k + 1
+        tensors = dict(g.tensors)
+        tensors[t] = Tensor(t, g.tensor(n.outputs[0]).shape)
+        summed = dataclasses.replace(n, inputs=(a.inputs[0], b.inputs[0]), outputs=(t,))
+        scaled = dataclasses.replace(a, inputs=(t, a.inputs[1]), outputs=n.outputs)
+        nodes = []
+        for m in g.nodes:
+            if m.name in (a.name, b.name):
+                continue
+            nodes.extend([summed, scaled] if m.name == n.name else [m])
+        g = prune(g.replace(nodes=tuple(nodes), tensors=tensors))
+    return g
+
+
 def factor_scales(g: Graph) -> Graph:
     g = sink_scales(g)
+    g = sink_sum_scales(g)
     scales = tuple(float(s) for s in (g.get_meta("weight_scales") or ()))
     for d in list(g.nodes):
         if d.op not in LINEAR or g.tensor(d.outputs[0]).dtype is not None:
