@@ -190,3 +190,163 @@ def test_nchw_model_circuit_input_is_raster_order_pixels(tmp_path):
     want = _ort(p, x)
     assert got.shape == want.shape
     assert np.abs(got - want).max() < 0.05  # fixed<16,6>: ~28 products of 2**-10 steps
+
+
+# -- a residual block whose input has two readers (issue 29: resnet8_q8 was 4.4e-3 off) -------
+def _residual_qonnx_model() -> onnx.ModelProto:
+    """brevitas' residual block written by hand: the block input (Quant, scale s0) is read by
+    the first Conv and by the join quantizer of the skip; both join operands share one scale;
+    per-output-channel 8-bit weight quantizers as brevitas exports them."""
+    q = "qonnx.custom_op.general"
+    rng = np.random.default_rng(29)
+    c = 4
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (
+        ("s0", 0.0213), ("sa", 0.0377), ("sj", 0.0519), ("so", 0.0461), ("z", 0.0),
+        ("b8", 8.0))]
+    nodes = [helper.make_node("Quant", ["x", "s0", "z", "b8"], ["x0"], domain=q, signed=1,
+                              narrow=0, rounding_mode="ROUND")]
+    for k, src in ((1, "x0"), (2, "a1")):
+        w = rng.normal(0, 0.3, size=(c, c, 3, 3)).astype(np.float32)
+        ws = (np.abs(w).max(axis=(1, 2, 3), keepdims=True) / 127).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{k}"), numpy_helper.from_array(ws, f"ws{k}"),
+                  numpy_helper.from_array(rng.normal(0, 0.1, c).astype(np.float32), f"b{k}")]
+        nodes += [helper.make_node("Quant", [f"w{k}", f"ws{k}", "z", "b8"], [f"wq{k}"],
+                                   domain=q, signed=1, narrow=1, rounding_mode="ROUND"),
+                  helper.make_node("Conv", [src, f"wq{k}", f"b{k}"], [f"c{k}"],
+                                   pads=[1, 1, 1, 1])]
+        if k == 1:
+            nodes += [helper.make_node("Relu", ["c1"], ["r1"]),
+                      helper.make_node("Quant", ["r1", "sa", "z", "b8"], ["a1"], domain=q,
+                                       signed=0, narrow=0, rounding_mode="ROUND")]
+    nodes += [helper.make_node("Quant", ["c2", "sj", "z", "b8"], ["j1"], domain=q, signed=1,
+                               narrow=0, rounding_mode="ROUND"),
+              helper.make_node("Quant", ["x0", "sj", "z", "b8"], ["j2"], domain=q, signed=1,
+                               narrow=0, rounding_mode="ROUND"),
+              helper.make_node("Add", ["j1", "j2"], ["s"]),
+              helper.make_node("Relu", ["s"], ["rs"]),
+              helper.make_node("Quant", ["rs", "so", "z", "b8"], ["y"], domain=q, signed=0,
+                               narrow=0, rounding_mode="ROUND")]
+    g = helper.make_graph(nodes, "residual",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 6, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 6, 5])],
+                          initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
+                                               helper.make_opsetid(q, 2)])
+
+
+def test_residual_block_shared_input_scale_equals_qonnx_exactly(tmp_path):
+    """The block input's s0 * q has two readers (the first Conv and the skip): each factors
+    the scale out for itself, so every layer runs on integer codes and golden == qonnx
+    execution exactly (the output codes; values are codes times the output scale)."""
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    m = _residual_qonnx_model()
+    p = _save(m, tmp_path)
+    c = mc.compile(mc.load_onnx(p))
+    x = np.random.default_rng(5).normal(0, 1.2, size=(6, 4, 6, 5)).astype(np.float32)
+    w = ModelWrapper(m).transform(InferShapes())
+    want = np.stack([execute_onnx(w, {"x": x[i:i + 1]})["y"][0] for i in range(len(x))])
+    got = np.asarray(mc.run(c, x), dtype=np.float64).reshape(want.shape)
+    np.testing.assert_array_equal(np.round(got / 0.0461), np.round(want / np.float32(0.0461)))
+    np.testing.assert_allclose(got, want, rtol=2e-7, atol=0)
+    assert not [n.name for n in c.graph.nodes if str(n.op) == "Mul"]  # no scale left inside
+    np.testing.assert_array_equal(mc.run(c, x, backend="gpu-emu", codes=True),
+                                  mc.run(c, x, codes=True))
+
+
+# -- explicit Pad nodes, ReduceMean as a global average pool ---------------------------------
+def _pad_model(reader: str, mode: str = "constant", value: float = 0.0, pads=(0, 0, 1, 2, 0, 0, 2, 1),
+               second_reader: bool = False, opset: int = 17) -> onnx.ModelProto:
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array(np.array(pads, np.int64), "pads"),
+             numpy_helper.from_array(np.array(value, np.float32), "val"),
+             numpy_helper.from_array(rng.normal(size=(4, 3, 3, 3)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Pad", ["x", "pads", "val"], ["p"], mode=mode)]
+    if reader == "Conv":
+        nodes.append(helper.make_node("Conv", ["p", "w"], ["r"], pads=[1, 0, 0, 1]))
+        out = (4, 7, 7)
+    elif reader == "AveragePool":
+        nodes.append(helper.make_node("AveragePool", ["p"], ["r"], kernel_shape=[3, 3]))
+        out = (3, 6, 6)
+    else:
+        nodes.append(helper.make_node("MaxPool", ["p"], ["r"], kernel_shape=[3, 3]))
+        out = (3, 6, 6)
+    if second_reader:
+        nodes.append(helper.make_node("Relu", ["p"], ["r2"]))
+    nodes.append(helper.make_node("Relu", ["r"], ["y"]))
+    return _onnx(nodes, (3, 5, 5), out, inits, opset)
+
+
+@pytest.mark.parametrize("reader", ["Conv", "AveragePool"])
+def test_pad_folds_into_the_reader_equals_onnxruntime(reader, tmp_path):
+    """A zero Pad (uneven: 1/2 rows, 2/1 columns) before a Conv (with pads of its own) or an
+    AveragePool: folded into the reader's pads, float32 golden == onnxruntime within the
+    computed bound; fixed point circuit stays a stream of windows (no Pad in the IR)."""
+    from tests.conftest import assert_float32_close
+
+    p = _save(_pad_model(reader), tmp_path)
+    c = mc.compile(mc.load_onnx(p), precision="float32")
+    ops = [str(n.op) for n in c.graph.nodes]
+    assert "Pad" not in ops
+    win = [n for n in c.graph.nodes if str(n.op) in ("Conv", "AvgPool")][0]
+    assert list(win.get("pads")) == ([2, 2, 2, 2] if reader == "Conv" else [1, 2, 2, 1])
+    x = np.random.default_rng(8).normal(size=(4, 3, 5, 5)).astype(np.float32)
+    assert_float32_close(np.asarray(mc.run(c, x)), _ort(p, x), c, x)
+
+
+@pytest.mark.parametrize("case, match", [
+    ({"reader": "MaxPool"}, "read by MaxPool"),
+    ({"reader": "Conv", "mode": "reflect"}, "mode 'reflect'"),
+    ({"reader": "Conv", "value": 1.5}, "constant_value 1.5 is not 0"),
+    ({"reader": "Conv", "second_reader": True}, "read by Conv 'conv_1', Relu"),
+    ({"reader": "Conv", "pads": (0, 1, 0, 0, 0, 0, 0, 0)}, "pad the batch or channel axis"),
+])
+def test_pad_not_foldable_is_refused_in_one_line(case, match, tmp_path):
+    from modelcircuit.util.errors import GraphError
+
+    m = _pad_model(**case)
+    for k, n in enumerate(m.graph.node):
+        n.name = f"{n.op_type.lower()}_{k}"
+    p = _save(m, tmp_path)
+    with pytest.raises(GraphError, match=match) as e:
+        mc.load_onnx(p)
+    assert "\n" not in str(e.value) and "pad_0" in str(e.value)
+
+
+def _reduce_mean_model(axes, keepdims: int = 1) -> onnx.ModelProto:
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(np.array(axes, np.int64), "axes"),
+             numpy_helper.from_array(rng.normal(size=(4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.normal(size=(5, 4)).astype(np.float32), "fc"),
+             numpy_helper.from_array(np.array([-1, 4], np.int64), "shape")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("ReduceMean", ["r", "axes"], ["m"], keepdims=keepdims),
+             helper.make_node("Reshape", ["m", "shape"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)]
+    return _onnx(nodes, (3, 6, 5), (5,), inits, 18)
+
+
+def test_reduce_mean_spatial_is_global_average_pool(tmp_path):
+    """torch.export's global average pool (ReduceMean over axes [-1, -2], keepdims=1, opset
+    18) -> the IR's global AvgPool; float32 golden == onnxruntime within the bound."""
+    from tests.conftest import assert_float32_close
+
+    p = _save(_reduce_mean_model([-1, -2]), tmp_path)
+    c = mc.compile(mc.load_onnx(p), precision="float32")
+    pools = [n for n in c.graph.nodes if str(n.op) == "AvgPool"]
+    assert len(pools) == 1 and list(pools[0].get("kernel")) == [6, 5]
+    x = np.random.default_rng(10).normal(size=(3, 3, 6, 5)).astype(np.float32)
+    assert_float32_close(np.asarray(mc.run(c, x)), _ort(p, x), c, x)
+
+
+@pytest.mark.parametrize("axes, keepdims", [([1], 1), ([2], 1), ([2, 3], 0)])
+def test_reduce_mean_other_axes_refused_in_one_line(axes, keepdims, tmp_path):
+    from modelcircuit.util.errors import GraphError
+
+    p = _save(_reduce_mean_model(axes, keepdims), tmp_path)
+    with pytest.raises(GraphError, match="ReduceMean over axes") as e:
+        mc.load_onnx(p)
+    assert "\n" not in str(e.value)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 CHANNELS_LAST_OPS = ("Conv", "MaxPool")
 SPATIAL_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-               "Resize")
+               "Resize", "ReduceMean")
 _FOLLOW = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Selu", "Identity", "Dropout", "Cast",
            "Clip", "HardSigmoid", "HardSwish")
 

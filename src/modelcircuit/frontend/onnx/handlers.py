@@ -21,7 +21,7 @@ from .checks import check_float_attrs
 from .io import Unsupported, show
 from .layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
 from .quant import qdq
-from .spatial import conv, pool, resize
+from .spatial import conv, pool, reduce_mean, resize
 
 if TYPE_CHECKING:
     from .state import ImportState
@@ -447,6 +447,6 @@ HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "QuantizeLinear": qdq, "DequantizeLinear": qdq,
     "Cast": _cast,
     "Conv": conv, "MaxPool": pool, "AveragePool": pool, "GlobalAveragePool": pool,
-    "GlobalMaxPool": pool, "Resize": resize,
+    "GlobalMaxPool": pool, "Resize": resize, "ReduceMean": reduce_mean,
     "Clip": _clip, "HardSigmoid": _hard("hardsigmoid"), "HardSwish": _hard("hardswish"),
 }
