@@ -193,18 +193,32 @@ def test_nchw_model_circuit_input_is_raster_order_pixels(tmp_path):
 
 
 # -- a residual block whose input has two readers (issue 29: resnet8_q8 was 4.4e-3 off) -------
-def _residual_qonnx_model() -> onnx.ModelProto:
+def _residual_qonnx_model(stem: bool = False, hw: tuple[int, int] = (6, 5)) -> onnx.ModelProto:
     """brevitas' residual block written by hand: the block input (Quant, scale s0) is read by
     the first Conv and by the join quantizer of the skip; both join operands share one scale;
-    per-output-channel 8-bit weight quantizers as brevitas exports them."""
+    per-output-channel 8-bit weight quantizers as brevitas exports them. With `stem`, a
+    quantized 1x1 Conv + ReLU before the block (a ResNet's: the block input is channels-last)."""
     q = "qonnx.custom_op.general"
     rng = np.random.default_rng(29)
     c = 4
     inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (
         ("s0", 0.0213), ("sa", 0.0377), ("sj", 0.0519), ("so", 0.0461), ("z", 0.0),
-        ("b8", 8.0))]
-    nodes = [helper.make_node("Quant", ["x", "s0", "z", "b8"], ["x0"], domain=q, signed=1,
-                              narrow=0, rounding_mode="ROUND")]
+        ("b8", 8.0), ("si", 0.0157))]
+    if stem:
+        w = rng.normal(0, 0.5, size=(c, c, 1, 1)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, "w0"),
+                  numpy_helper.from_array(np.array(0.0041, np.float32), "ws0")]
+        nodes = [helper.make_node("Quant", ["x", "si", "z", "b8"], ["xi"], domain=q, signed=1,
+                                  narrow=0, rounding_mode="ROUND"),
+                 helper.make_node("Quant", ["w0", "ws0", "z", "b8"], ["wq0"], domain=q,
+                                  signed=1, narrow=1, rounding_mode="ROUND"),
+                 helper.make_node("Conv", ["xi", "wq0"], ["c0"]),
+                 helper.make_node("Relu", ["c0"], ["r0"]),
+                 helper.make_node("Quant", ["r0", "s0", "z", "b8"], ["x0"], domain=q, signed=0,
+                                  narrow=0, rounding_mode="ROUND")]
+    else:
+        nodes = [helper.make_node("Quant", ["x", "s0", "z", "b8"], ["x0"], domain=q, signed=1,
+                                  narrow=0, rounding_mode="ROUND")]
     for k, src in ((1, "x0"), (2, "a1")):
         w = rng.normal(0, 0.3, size=(c, c, 3, 3)).astype(np.float32)
         ws = (np.abs(w).max(axis=(1, 2, 3), keepdims=True) / 127).astype(np.float32)
@@ -227,8 +241,8 @@ def _residual_qonnx_model() -> onnx.ModelProto:
               helper.make_node("Quant", ["rs", "so", "z", "b8"], ["y"], domain=q, signed=0,
                                narrow=0, rounding_mode="ROUND")]
     g = helper.make_graph(nodes, "residual",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 6, 5])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 6, 5])],
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, *hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, *hw])],
                           initializer=inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
                                                helper.make_opsetid(q, 2)])
@@ -350,3 +364,64 @@ def test_reduce_mean_other_axes_refused_in_one_line(axes, keepdims, tmp_path):
     with pytest.raises(GraphError, match="ReduceMean over axes") as e:
         mc.load_onnx(p)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_residual_join_circuit_bit_exact_under_backpressure():
+    """The residual block after a stem (golden == qonnx exactly, as above) as a streamed
+    circuit: the join (Add of two pixel streams on codes) reads the skip through a FIFO whose
+    depth the compile-time schedule sizes from the long branch's lag (two 3x3 Convs: about two
+    rows and two pixels of the 6-pixel-wide frame); the Amaranth simulation == golden with
+    gaps on the input and back-pressure on the output (a FIFO too shallow would stall the
+    skip's producer and, the stem feeding both branches, deadlock: the run would not end).
+    ~15 s of CPU (amaranth.sim elaborating the thresholds)."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as td:
+        p = _save(_residual_qonnx_model(stem=True, hw=(4, 6)), Path(td))
+        c = mc.compile(mc.load_onnx(p))
+    x = reference.quantize_inputs(c.graph, [np.random.default_rng(6).normal(
+        0, 1.5, size=(2, 4, 6, 4)).astype(np.float32)])[0]
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)  # amaranth.sim compiles the 255-step thresholds recursively
+    try:
+        from modelcircuit.hdl import build_top
+        from modelcircuit.sim.amaranth_sim import simulate
+
+        want = reference.execute(c.graph, [x], inputs_are_codes=True)[c.graph.outputs[0]]
+        runs = []
+        for gap, bp in ((0.0, 0.0), (0.3, 0.5)):
+            top, info = build_top(c)
+            runs.append(simulate(top, info, x.reshape(-1, 4), gap=gap, backpressure=bp,
+                                 seed=2))
+            np.testing.assert_array_equal(runs[-1].outputs.reshape(want.shape), want)
+    finally:
+        sys.setrecursionlimit(old)
+    clean, px = runs[0], 4 * 6  # without stalls: each frame's latency and the II as compiled
+    lat = [clean.delivered[(f + 1) * px - 1] - clean.accepted[f * px] for f in range(len(x))]
+    assert lat == info["latency_frames"][:len(x)]
+    join = [lay for lay in info["layers"] if lay.get("op") == "Add"]
+    assert len(join) == 1 and len(join[0]["fifo_depths"]) == 2
+    assert max(join[0]["fifo_depths"]) >= 2 * 6 + 2  # the skip holds the long branch's lag
+
+
+@pytest.mark.slow
+def test_residual_verify_golden_rtl_gpu_emu(tmp_path):
+    """`verify --backends golden,rtl,gpu-emu` (Verilator + cocotb) on the residual block:
+    bit-exact, simulated II and frame latency == the compile-time report (~2-4 min: the
+    Verilator build)."""
+    import json
+    import subprocess
+    import sys
+
+    p = _save(_residual_qonnx_model(stem=True), tmp_path)
+    js = tmp_path / "v.json"
+    r = subprocess.run([sys.executable, "-m", "modelcircuit.cli", "verify", str(p),
+                        "--backends", "golden,rtl,gpu-emu", "--vectors", "2", "--json",
+                        str(js)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(js.read_text())
+    assert rep["bit_exact"] and rep["timing_ok"]
