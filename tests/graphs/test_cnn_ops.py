@@ -425,3 +425,72 @@ def test_residual_verify_golden_rtl_gpu_emu(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     rep = json.loads(js.read_text())
     assert rep["bit_exact"] and rep["timing_ok"]
+
+
+# -- a depthwise-separable block (MobileNet / DS-CNN) ----------------------------------------
+def _depthwise_qonnx_model(c: int = 4, hw: tuple[int, int] = (5, 6)) -> onnx.ModelProto:
+    """Quant -> depthwise 3x3 Conv (group = channels, padded) -> ReLU -> Quant -> pointwise
+    1x1 Conv -> ReLU -> Quant, per-channel 8-bit weights, as brevitas exports them."""
+    q = "qonnx.custom_op.general"
+    rng = np.random.default_rng(31)
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (
+        ("si", 0.0157), ("sa", 0.0301), ("so", 0.0433), ("z", 0.0), ("b8", 8.0))]
+    nodes = [helper.make_node("Quant", ["x", "si", "z", "b8"], ["xi"], domain=q, signed=1,
+                              narrow=0, rounding_mode="ROUND")]
+    for k, (shape, attrs, src, sc) in enumerate((
+            ((c, 1, 3, 3), {"group": c, "pads": [1, 1, 1, 1]}, "xi", "sa"),
+            ((c, c, 1, 1), {}, "a0", "so"))):
+        w = rng.normal(0, 0.4, size=shape).astype(np.float32)
+        ws = (np.abs(w).max(axis=(1, 2, 3), keepdims=True) / 127).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{k}"), numpy_helper.from_array(ws, f"ws{k}"),
+                  numpy_helper.from_array(rng.normal(0, 0.1, c).astype(np.float32), f"b{k}")]
+        nodes += [helper.make_node("Quant", [f"w{k}", f"ws{k}", "z", "b8"], [f"wq{k}"],
+                                   domain=q, signed=1, narrow=1, rounding_mode="ROUND"),
+                  helper.make_node("Conv", [src, f"wq{k}", f"b{k}"], [f"c{k}"], **attrs),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"]),
+                  helper.make_node("Quant", [f"r{k}", sc, "z", "b8"],
+                                   [f"a{k}" if k == 0 else "y"], domain=q, signed=0,
+                                   narrow=0, rounding_mode="ROUND")]
+    g = helper.make_graph(nodes, "depthwise",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, *hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, *hw])],
+                          initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
+                                               helper.make_opsetid(q, 2)])
+
+
+def test_depthwise_block_equals_qonnx_exactly(tmp_path):
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    m = _depthwise_qonnx_model()
+    p = _save(m, tmp_path)
+    c = mc.compile(mc.load_onnx(p))
+    assert [n.get("group") for n in c.graph.nodes if str(n.op) == "Conv"] == [4, 1]
+    x = np.random.default_rng(12).normal(0, 1.5, size=(5, 4, 5, 6)).astype(np.float32)
+    w = ModelWrapper(m).transform(InferShapes())
+    want = np.stack([execute_onnx(w, {"x": x[i:i + 1]})["y"][0] for i in range(len(x))])
+    got = np.asarray(mc.run(c, x), dtype=np.float64).reshape(want.shape)
+    np.testing.assert_array_equal(np.round(got / 0.0433), np.round(want / np.float32(0.0433)))
+    np.testing.assert_allclose(got, want, rtol=2e-7, atol=0)
+    np.testing.assert_array_equal(mc.run(c, x, backend="gpu-emu", codes=True),
+                                  mc.run(c, x, codes=True))
+
+
+@pytest.mark.slow
+def test_depthwise_verify_golden_rtl_gpu_emu(tmp_path):
+    """`verify --backends golden,rtl,gpu-emu` (Verilator + cocotb) on the depthwise block:
+    bit-exact, simulated II and frame latency == the compile-time report."""
+    import json
+    import subprocess
+    import sys
+
+    p = _save(_depthwise_qonnx_model(), tmp_path)
+    js = tmp_path / "v.json"
+    r = subprocess.run([sys.executable, "-m", "modelcircuit.cli", "verify", str(p),
+                        "--backends", "golden,rtl,gpu-emu", "--vectors", "2", "--json",
+                        str(js)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(js.read_text())
+    assert rep["bit_exact"] and rep["timing_ok"]
