@@ -1,7 +1,7 @@
 """Hostile input at the CLI's edges: options, files given as options, output folders,
 artifacts. Every case must be refused with exit 2, one `error:` line naming the problem, no
 traceback, and the working folder unchanged byte for byte (so nothing half-written and no
-temp folder is left). Models themselves: tests/graphs/test_hostile_models.py; circuits too
+temp folder is left). Models themselves: tests/frontend/test_hostile_models.py; circuits too
 big to elaborate or fit: tests/hdl/test_hostile_hdl.py; signals and races: test_signals.py."""
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ CASES: list[tuple[str, Setup, str]] = [
     ("out-dangling-symlink", lambda d: ["compile", "--out", (os.symlink(d / "nowhere", d / "dl") or str(d / "dl"))], "symbolic link"),
     ("out-in-proc", lambda d: ["compile", "--out", "/proc/modelcircuit-out"], "/proc"),
     ("build-out-user-folder", lambda d: ["build", "--device", "ice40-up5k", "--out", _text(d / "u" / "top.v", "// mine").rsplit("/", 1)[0]], "did not write"),
-    # -- models given as paths (the importer's own cases: tests/graphs/test_hostile_models.py) --
+    # -- models given as paths (the importer's own cases: tests/frontend/test_hostile_models.py) --
     ("model-missing", lambda d: ["compile", f"{d}/none.onnx", "--out", f"{d}/o"], "none.onnx"),
     ("model-undecodable-name", lambda d: ["compile", os.fsdecode(bytes(d) + b"/\xff\xfe.onnx"), "--out", f"{d}/o"], "\\udcff"),
     ("model-directory", lambda d: ["compile", str(d), "--out", f"{d}/o"], "directory"),

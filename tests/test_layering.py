@@ -6,8 +6,12 @@
 - hdl/ and gpu_backend/ import graphs/ and util/ only (and themselves);
 - sim/ may import graphs/, hdl/, gpu_backend/, util/ (and itself);
 - nothing under graphs|hdl|gpu_backend|sim imports cli, api or the top-level package;
-- inside hdl/, the circuit never imports the flow;
-- no import cycle anywhere (between modules; a package counts as its __init__).
+- inside hdl/, the circuit (plan/, units/, vector/, streamed/ and the rest) never imports
+  the flow;
+- no import cycle anywhere (between modules; a package counts as its __init__), imports
+  under `if TYPE_CHECKING:` included (a type-only cycle is still two modules that cannot be
+  read apart);
+- no `_private` name imported from another module.
 
 The checker is tested on a synthetic package too, so that it is seen to fail.
 """
@@ -41,15 +45,17 @@ def module_files(src: Path, package: str) -> dict[str, Path]:
     return out
 
 
-def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+def imports(mods: dict[str, Path], type_only: bool = False) -> dict[str, set[str]]:
     """module -> project modules it imports (a `from pkg import name` names the submodule
-    pkg.name where that is a module, else the package)."""
+    pkg.name where that is a module, else the package). `type_only`: imports under
+    `if TYPE_CHECKING:` too."""
     edges: dict[str, set[str]] = {}
     for mod, path in mods.items():
         is_pkg = path.name == "__init__.py"
         pkg = mod if is_pkg else mod.rsplit(".", 1)[0]
         deps: set[str] = set()
-        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in (ast.walk(tree) if type_only else _runtime_nodes(tree)):
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = pkg.split(".")
@@ -100,7 +106,29 @@ def violations(src: Path, root: str) -> list[str]:
                 mine, theirs = mod.split(".")[2:3], d.split(".")[2:3]
                 if (not mine or mine[0] not in HDL_FLOW) and theirs and theirs[0] in HDL_FLOW:
                     bad.append(f"{mod} imports {d} (the circuit never imports the flow)")
-    bad += [f"import cycle: {' -> '.join(c)}" for c in cycles(edges)]
+    bad += [f"import cycle: {' -> '.join(c)}" for c in cycles(imports(mods, type_only=True))]
+    bad += private_imports(mods)
+    return bad
+
+
+def private_imports(mods: dict[str, Path]) -> list[str]:
+    """`from module import _name` across modules: a private name read from outside."""
+    bad = []
+    for mod, path in mods.items():
+        pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for a in node.names:
+                if (a.name.startswith("_") and not a.name.startswith("__") and target in mods
+                        and f"{target}.{a.name}" not in mods):
+                    bad.append(f"{mod} imports the private {a.name} from {target}")
     return bad
 
 
@@ -176,6 +204,11 @@ CLEAN = {"pkg/__init__.py": "from .api import run\n",
     ({"pkg/graphs/passes/fuse.py": "from .. import ir\n",
       "pkg/graphs/ir.py": "def f():\n    from .passes import fuse\n"}, "import cycle"),
     ({"pkg/gpu_backend/codegen.py": "from . import program\n"}, "import cycle"),
+    ({"pkg/graphs/passes/fuse.py": "from ..ir import x\nfrom typing import TYPE_CHECKING\n"
+                                   "if TYPE_CHECKING:\n    from .. import ir\n",
+      "pkg/graphs/ir.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                          "    from .passes import fuse\n"}, "import cycle"),
+    ({"pkg/hdl/flow/fit.py": "from ..top import _plan\n"}, "imports the private _plan"),
 ])
 def test_checker_sees_forbidden_imports(tmp_path: Path, extra: dict[str, str], expect: str) -> None:
     _write(tmp_path, CLEAN)

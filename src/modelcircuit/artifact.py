@@ -72,7 +72,7 @@ def manifest(compiled: CompiledGraph, target: str, extra: dict[str, Any] | None 
     }
 
 
-def host_summary(compiled: Any) -> dict[str, Any]:
+def host_summary(compiled: CompiledGraph) -> dict[str, Any]:
     """What runs on the host around the circuit (graphs/host.py), for manifests and inspect."""
     def part(g: Graph | None) -> list[dict[str, Any]] | None:
         return None if g is None else [{"node": n.name, "op": str(n.op)} for n in g.nodes]

@@ -337,7 +337,7 @@ def _check_against_qonnx(path: Path, x: np.ndarray) -> int:
     else:  # the float tail on the host (scales of the last Conv): against QONNX's semantics
         # in float64 (its float32 execution rounds the Conv's sums of scaled values itself),
         # within the tail's own float32 rounding
-        from tests.graphs.test_exporter_models import _qonnx64
+        from tests.frontend.test_exporter_models import _qonnx64
 
         want = _qonnx64(m, x)[m.graph.output[0].name].reshape(len(x), -1)
         assert np.all(np.abs(out - want) <= tail_error_bound(c, x).reshape(len(x), -1) + 1e-300)

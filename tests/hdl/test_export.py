@@ -14,7 +14,7 @@ from modelcircuit.hdl import HdlError, build_top, export_verilog
 from tests.conftest import shared_model
 
 from .helpers import compiled_from
-from .test_components import dense_case
+from .units.test_components import dense_case
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 

@@ -109,7 +109,7 @@ def test_folded_coefficients_in_block_ram(tmp_path):
     from modelcircuit.sim.amaranth_sim import simulate
 
     from .helpers import check
-    from .test_components import dense_case
+    from .units.test_components import dense_case
 
     c, x = dense_case("fixed<8,3>", "fixed<8,2>", "fixed<10,4>", "fixed<8,3>", 8, 6, True, 4)
     top, info = build_top(c, 32, pipeline="latency")  # 8 inputs x 4 output groups: 32 steps

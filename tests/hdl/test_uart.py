@@ -133,7 +133,7 @@ def test_conv2d_small_keras_up5k_build_through_uart(tmp_path):
     """The iCE40 UP5K build of conv2d_small_keras (fixed<8,3>, `--reuse auto`, "area"
     schedule): its Softmax is the serial unit (hdl/units/softmax.py, once per frame);
     pixels in and probabilities out through the byte protocol, bit-exact."""
-    from .test_stream_uart import run_uart
+    from .streamed.test_stream_uart import run_uart
 
     c = compile(load_onnx(str(CONV2D)), precision="fixed<8,3>", profile="ice40-up5k")
     plan = plan_circuit(c, "auto")

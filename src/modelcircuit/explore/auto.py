@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..graphs.compiled import CompiledGraph
 from ..graphs.host import golden
 from .common import compile_model
 from .spec import SweepError
@@ -135,13 +136,13 @@ class Search:
         return compile_model(self.graph, precision=self.default, per_layer=self.per_layer(widths),
                           reuse=self.plan, profile=self.device)
 
-    def cost(self, compiled: Any) -> int:
+    def cost(self, compiled: CompiledGraph) -> int:
         from ..hdl.flow import plan_build
 
         _p, fp = plan_build(compiled, self.prof, self.plan)
         return int(fp.estimate["lut"])
 
-    def agreement(self, compiled: Any) -> float:
+    def agreement(self, compiled: CompiledGraph) -> float:
         out = golden(compiled, self.x)
         return float(np.mean(out.reshape(len(out), -1).argmax(axis=1) == self.fa))
 

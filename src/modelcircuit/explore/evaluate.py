@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..graphs.compiled import CompiledGraph
 from ..graphs.host import golden
 from ..util.userio import one_line
 from .common import compile_model
@@ -61,7 +62,7 @@ def compile_point(graph: Any, precision: str | None, per_layer: dict[str, Any] |
                       reuse=reuse, profile=device)
 
 
-def scores(compiled: Any, data: Data) -> dict[str, Any]:
+def scores(compiled: CompiledGraph, data: Data) -> dict[str, Any]:
     """Argmax agreement with the float model on the data, and accuracy with labels."""
     out = golden(compiled, data.x)
     pred = out.reshape(out.shape[0], -1).argmax(axis=1)
@@ -73,7 +74,7 @@ def scores(compiled: Any, data: Data) -> dict[str, Any]:
     return s
 
 
-def type_bits(compiled: Any) -> dict[str, Any]:
+def type_bits(compiled: CompiledGraph) -> dict[str, Any]:
     """Bits of the design: weight bits (count x width over the Dense weights) and the
     per-tensor types."""
     from ..graphs.ops import LINEAR
@@ -89,7 +90,7 @@ def type_bits(compiled: Any) -> dict[str, Any]:
                       for k, t in sorted(g.tensors.items())}}
 
 
-def estimate_point(compiled: Any, device: str, reuse: int | str) -> dict[str, Any]:
+def estimate_point(compiled: CompiledGraph, device: str, reuse: int | str) -> dict[str, Any]:
     """Resources (the flow's estimate), latency in cycles and II of the planned circuit.
     A design over the device raises the flow's FitError (the point fails with its text)."""
     from ..hdl import plan_top
@@ -105,7 +106,7 @@ def estimate_point(compiled: Any, device: str, reuse: int | str) -> dict[str, An
             "device_lut": int(prof["lut"]), "pipeline": info.get("pipeline")}
 
 
-def verify_point(compiled: Any, data: Data, vectors: int) -> dict[str, Any]:
+def verify_point(compiled: CompiledGraph, data: Data, vectors: int) -> dict[str, Any]:
     from ..sim.verify import verify
 
     x = data.x[:vectors]
@@ -117,7 +118,7 @@ def verify_point(compiled: Any, data: Data, vectors: int) -> dict[str, Any]:
             "rtl_ii": rtl.get("ii"), "timing_ok": bool(rep["timing_ok"])}
 
 
-def build_point(compiled: Any, device: str, reuse: int | str) -> dict[str, Any]:
+def build_point(compiled: CompiledGraph, device: str, reuse: int | str) -> dict[str, Any]:
     from ..hdl.flow import build
 
     with tempfile.TemporaryDirectory(prefix="mc-sweep-build-") as tmp:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..util.atomic import check_out_dir
+from ..util.atomic import check_out_dir, write_file
 from .spec import SweepError
 
 MARKER = "sweep-store.json"
@@ -40,16 +40,7 @@ def check_store(out: Path) -> Path:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}{TMP_TAG}{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    write_file(path, data, f".{path.name}{TMP_TAG}{os.getpid()}", fsync=True)
 
 
 def dump(obj: Any) -> bytes:

@@ -9,11 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..graphs.compiled import CompiledGraph
 from .codegen import lower, render
 from .kernel import BLOCK, GpuError, Program
 
 
-def plan_json(prog: Program, compiled: Any) -> dict[str, Any]:
+def plan_json(prog: Program, compiled: CompiledGraph) -> dict[str, Any]:
     return {
         "format": "modelcircuit-gpu/1",
         "graph_id": compiled.graph_id,
@@ -37,7 +38,7 @@ def plan_json(prog: Program, compiled: Any) -> dict[str, Any]:
     }
 
 
-def export(compiled: Any, out_dir: str | Path) -> dict[str, Any]:
+def export(compiled: CompiledGraph, out_dir: str | Path) -> dict[str, Any]:
     """The job `export`: write kernels.cu, emu_shim.h, weights.bin and plan.json into out_dir
     (the gpu/ folder of an artifact); returns the plan."""
     out = Path(out_dir)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..graphs.analysis.memory_plan import memory_plan
 from ..graphs.analysis.streams import assign_streams
+from ..graphs.compiled import CompiledGraph
 from ..graphs.ir import Graph, Node
 from ..util import templating
 from .context import LowerCtx
@@ -72,7 +73,7 @@ def with_offsets(k: Kernel, weights: dict[str, dict[str, Any]]) -> Kernel:
 _PROGRAMS: dict[int, tuple[Any, Program]] = {}  # id(compiled) -> (compiled, its Program)
 
 
-def lower(compiled: Any) -> Program:
+def lower(compiled: CompiledGraph) -> Program:
     """The job `lower`: the Program of a CompiledGraph, with the compile-time memory plan and
     streams it carries (cached on the object's identity)."""
     cached = _PROGRAMS.get(id(compiled))

@@ -3,16 +3,15 @@ built with g++) or on a CUDA device (runtime.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from ..graphs.compiled import CompiledGraph
 from . import emulator, runtime
 from .codegen import lower
 from .kernel import GpuError
 
 
-def execute(compiled: Any, inputs: list[np.ndarray], emulate: bool) -> dict[str, np.ndarray]:
+def execute(compiled: CompiledGraph, inputs: list[np.ndarray], emulate: bool) -> dict[str, np.ndarray]:
     """Run a batch. Inputs and outputs in the graph's representation (int64 codes for fixed
     point, float32 for float), as reference.execute(..., inputs_are_codes=True)."""
     g = compiled.graph

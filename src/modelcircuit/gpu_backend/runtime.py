@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..graphs.compiled import CompiledGraph
 from .codegen import lower
 from .kernel import BLOCK, GpuError, Program
 
@@ -64,7 +65,7 @@ def device_info(device: int = 0) -> dict[str, Any]:
 class GpuModel:
     """A compiled graph resident on one device. Use `run(x)`; `run_all` returns every output."""
 
-    def __init__(self, compiled: Any, prog: Program, device: int, force: bool,
+    def __init__(self, compiled: CompiledGraph, prog: Program, device: int, force: bool,
                  buckets: tuple[int, ...]):
         cp = self.cp = _cupy()
         self.info = device_info(device)
@@ -231,7 +232,7 @@ class GpuModel:
 _LOADED: dict[tuple[int, int], tuple[Any, GpuModel]] = {}
 
 
-def load(compiled: Any, device: int = 0, force: bool = False,
+def load(compiled: CompiledGraph, device: int = 0, force: bool = False,
          buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> GpuModel:
     """Load onto a CUDA device: weights once, one arena, streams, pinned buffers, CUDA graphs
     (cached per compiled graph and device). Raises GpuError (one line) when there is no

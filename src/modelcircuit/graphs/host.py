@@ -10,11 +10,11 @@ backend: the golden model, the RTL simulation, the GPU kernels and the runtime w
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 
 from . import reference
+from .compiled import CompiledGraph
 from .ir import Graph, prune
 from .types import FLOAT32
 
@@ -49,13 +49,13 @@ def carve(g: Graph) -> tuple[Graph | None, Graph, Graph | None]:
     return head, body, tail
 
 
-def input_shape(compiled: Any) -> tuple[int, ...]:
+def input_shape(compiled: CompiledGraph) -> tuple[int, ...]:
     """The model's per-sample input shape (the head's, where there is one)."""
     g = getattr(compiled, "head", None) or compiled.graph
     return tuple(g.tensor(g.inputs[0]).shape)
 
 
-def encode(compiled: Any, x: np.ndarray) -> np.ndarray:
+def encode(compiled: CompiledGraph, x: np.ndarray) -> np.ndarray:
     """Float inputs (N, *shape) -> the body's input codes (the head run on the host)."""
     head = getattr(compiled, "head", None)
     if head is None:
@@ -63,7 +63,7 @@ def encode(compiled: Any, x: np.ndarray) -> np.ndarray:
     return reference.execute(head, [x])[head.outputs[0]]
 
 
-def decode(compiled: Any, out: np.ndarray) -> np.ndarray:
+def decode(compiled: CompiledGraph, out: np.ndarray) -> np.ndarray:
     """The body's output codes -> float values of the model's output (the tail on the host)."""
     g = compiled.graph
     vals = reference.to_values(g, g.outputs[0], out)
@@ -73,7 +73,7 @@ def decode(compiled: Any, out: np.ndarray) -> np.ndarray:
     return reference.execute(tail, [vals.astype(np.float32)])[tail.outputs[0]]
 
 
-def golden(compiled: Any, x: np.ndarray) -> np.ndarray:
+def golden(compiled: CompiledGraph, x: np.ndarray) -> np.ndarray:
     """The golden model's float outputs for float inputs (N, *shape): head, body (reference
     interpreter on codes), tail — what api.run(backend="golden") and the sweep compare."""
     g = compiled.graph
@@ -82,12 +82,12 @@ def golden(compiled: Any, x: np.ndarray) -> np.ndarray:
     return np.asarray(decode(compiled, np.asarray(out)))
 
 
-def float_trace(compiled: Any, x: np.ndarray) -> dict[str, np.ndarray]:
+def float_trace(compiled: CompiledGraph, x: np.ndarray) -> dict[str, np.ndarray]:
     """Every tensor of head, body and tail as float values (api.run(trace=True))."""
     return {k: values(compiled, k, v) for k, v in trace(compiled, np.asarray(x)).items()}
 
 
-def trace(compiled: Any, x: np.ndarray) -> dict[str, np.ndarray]:
+def trace(compiled: CompiledGraph, x: np.ndarray) -> dict[str, np.ndarray]:
     """Every tensor of head, body and tail (codes for fixed point, float32 otherwise)."""
     env: dict[str, np.ndarray] = {}
     head, tail, g = getattr(compiled, "head", None), getattr(compiled, "tail", None), compiled.graph
@@ -104,7 +104,7 @@ def trace(compiled: Any, x: np.ndarray) -> dict[str, np.ndarray]:
     return env
 
 
-def values(compiled: Any, name: str, v: np.ndarray) -> np.ndarray:
+def values(compiled: CompiledGraph, name: str, v: np.ndarray) -> np.ndarray:
     """Float values of tensor `name` of head, body or tail (codes or floats)."""
     for part in (compiled.graph, getattr(compiled, "head", None), getattr(compiled, "tail", None)):
         if part is not None and name in part.tensors:

@@ -13,13 +13,13 @@ import contextlib
 import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..graphs.compiled import CompiledGraph
+from ..util.atomic import write_file
 from .errors import HdlError
 from .names import check_top_name
 from .plan.circuit import CircuitPlan, resolve_plan
@@ -118,9 +118,5 @@ def export_verilog(compiled: CompiledGraph, out_dir: str | os.PathLike[str],
              f"{top_name}.json": json.dumps(info, indent=2, sort_keys=True) + "\n"}
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.")
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary files
-        os.replace(tmp, out / name)
+        write_file(out / name, text)
     return {**info, "convert_s": elapsed}

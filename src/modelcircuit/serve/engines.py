@@ -16,11 +16,12 @@ representation (int64 codes for fixed point, float32 for float graphs).
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ..graphs import reference
+from ..graphs.compiled import CompiledGraph
 
 MAX_BATCH = 65536
 
@@ -56,7 +57,7 @@ class Engine(Protocol):
     def run(self, codes: np.ndarray) -> np.ndarray: ...
 
 
-def _out_shape(compiled: Any) -> tuple[int, ...]:
+def _out_shape(compiled: CompiledGraph) -> tuple[int, ...]:
     g = compiled.graph
     return tuple(g.tensor(g.outputs[0]).shape)
 
@@ -66,7 +67,7 @@ class GoldenEngine:
 
     name = "golden"
 
-    def __init__(self, compiled: Any, buckets: tuple[int, ...]):
+    def __init__(self, compiled: CompiledGraph, buckets: tuple[int, ...]):
         self.compiled, self.buckets = compiled, buckets
         self.g = compiled.graph
         self.bufs: dict[int, np.ndarray] = {}
@@ -90,7 +91,7 @@ class EmuEngine:
 
     name = "gpu-emu"
 
-    def __init__(self, compiled: Any, buckets: tuple[int, ...]):
+    def __init__(self, compiled: CompiledGraph, buckets: tuple[int, ...]):
         self.compiled, self.buckets = compiled, buckets
         self.out_shape = _out_shape(compiled)
 
@@ -139,7 +140,7 @@ class GpuEngine:
 
     name = "gpu"
 
-    def __init__(self, compiled: Any, buckets: tuple[int, ...]):
+    def __init__(self, compiled: CompiledGraph, buckets: tuple[int, ...]):
         self.compiled, self.buckets = compiled, buckets
         self.out_shape = _out_shape(compiled)
 
@@ -157,5 +158,5 @@ class GpuEngine:
 ENGINES: dict[str, type] = {"golden": GoldenEngine, "gpu-emu": EmuEngine, "gpu": GpuEngine}
 
 
-def make_engine(backend: str, compiled: Any, buckets: tuple[int, ...]) -> Engine:
+def make_engine(backend: str, compiled: CompiledGraph, buckets: tuple[int, ...]) -> Engine:
     return ENGINES[backend](compiled, buckets)

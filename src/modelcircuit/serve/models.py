@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..graphs import host, reference
+from ..graphs.compiled import CompiledGraph
 from ..graphs.ir import GraphError
 from ..util.userio import shown
 from .engines import Engine, bucket_of, make_engine
@@ -55,7 +56,7 @@ class Health:
 class ServedModel:
     name: str
     path: Path
-    compiled: Any
+    compiled: CompiledGraph
     manifest: dict[str, Any]
     backend: str
     buckets: tuple[int, ...]
@@ -230,7 +231,6 @@ def parse_specs(items: list[str]) -> list[tuple[str, Path]]:
 def compiled_from_artifact(graph: Any, manifest: dict[str, Any], path: Path) -> Any:
     """A CompiledGraph rebuilt from an artifact (the compile-time plans recomputed from the
     graph: they are pure functions of it)."""
-    from ..graphs.compiled import CompiledGraph
     from ..graphs.pipeline import PLANS
     from ..graphs.serialize import load_host_parts
 
@@ -240,7 +240,7 @@ def compiled_from_artifact(graph: Any, manifest: dict[str, Any], path: Path) -> 
                          {name: fn(graph) for name, fn in PLANS}, head, tail)
 
 
-def check_gpu_files(compiled: Any, path: Path) -> None:
+def check_gpu_files(compiled: CompiledGraph, path: Path) -> None:
     """gpu/plan.json, kernels.cu and weights.bin must be what the graph lowers to: the
     kernels the server runs are the artifact's, byte for byte."""
     from ..gpu_backend.artifact import plan_json
@@ -265,7 +265,7 @@ def check_gpu_files(compiled: Any, path: Path) -> None:
         raise ServeError(f"artifact {where}: gpu/weights.bin does not hold the graph's weights")
 
 
-def load_selfcheck(compiled: Any, manifest: dict[str, Any], path: Path
+def load_selfcheck(compiled: CompiledGraph, manifest: dict[str, Any], path: Path
                    ) -> tuple[dict[str, np.ndarray], str]:
     from ..artifact import SELFCHECK, selfcheck_vectors
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..graphs import reference
+from ..graphs.compiled import CompiledGraph
 from ..graphs.ir import GraphError
 
 
@@ -29,7 +30,7 @@ Result = tuple[np.ndarray, dict[str, Any]]
 Runner = Callable[[Any, np.ndarray, RunOptions], Result]
 
 
-def _golden(compiled: Any, codes: np.ndarray, o: RunOptions) -> Result:
+def _golden(compiled: CompiledGraph, codes: np.ndarray, o: RunOptions) -> Result:
     g = compiled.graph
     if o.expected is not None:
         return o.expected, {"what": "golden model (graphs/reference.py)", "seconds": 0.0}
@@ -39,7 +40,7 @@ def _golden(compiled: Any, codes: np.ndarray, o: RunOptions) -> Result:
                  "seconds": time.perf_counter() - t0}
 
 
-def _rtl(compiled: Any, codes: np.ndarray, o: RunOptions) -> Result:
+def _rtl(compiled: CompiledGraph, codes: np.ndarray, o: RunOptions) -> Result:
     from . import rtl
 
     t0 = time.perf_counter()
@@ -74,7 +75,7 @@ def gpu_device() -> tuple[bool, str]:
         return False, f"CPU emulator (no CUDA device: {msg})"
 
 
-def _gpu_run(compiled: Any, codes: np.ndarray, real: bool, what: str) -> Result:
+def _gpu_run(compiled: CompiledGraph, codes: np.ndarray, real: bool, what: str) -> Result:
     from .. import gpu_backend
 
     t0 = time.perf_counter()
@@ -85,20 +86,20 @@ def _gpu_run(compiled: Any, codes: np.ndarray, real: bool, what: str) -> Result:
     return out, {"what": what, "device": real, "seconds": time.perf_counter() - t0}
 
 
-def _gpu(compiled: Any, codes: np.ndarray, o: RunOptions) -> Result:
+def _gpu(compiled: CompiledGraph, codes: np.ndarray, o: RunOptions) -> Result:
     """A CUDA device if there is one, else the CPU emulator of the same kernels."""
     real, what = gpu_device()
     return _gpu_run(compiled, codes, real, what)
 
 
-def _gpu_emu(compiled: Any, codes: np.ndarray, o: RunOptions) -> Result:
+def _gpu_emu(compiled: CompiledGraph, codes: np.ndarray, o: RunOptions) -> Result:
     return _gpu_run(compiled, codes, False, "CPU emulator of the CUDA kernels")
 
 
 BACKENDS: dict[str, Runner] = {"golden": _golden, "rtl": _rtl, "gpu": _gpu, "gpu-emu": _gpu_emu}
 
 
-def run_backend(name: str, compiled: Any, codes: np.ndarray,
+def run_backend(name: str, compiled: CompiledGraph, codes: np.ndarray,
                 options: RunOptions | None = None) -> Result:
     runner = BACKENDS.get(name)
     if runner is None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..graphs.compiled import CompiledGraph
 from .codes import Port, mismatch_report, pack, unpack
 from .errors import SimError
 
@@ -174,12 +175,12 @@ def _reuse_tag(reuse: Any) -> str:
     return str(reuse)
 
 
-def model_folder(compiled: Any, reuse: Any, simulator: str,
+def model_folder(compiled: CompiledGraph, reuse: Any, simulator: str,
                  cache_dir: str | os.PathLike | None = None) -> Path:
     return cache_root(cache_dir) / f"{compiled.graph_id[:16]}-r{_reuse_tag(reuse)}-{simulator}"
 
 
-def export_model(compiled: Any, reuse: Any, folder: Path) -> tuple[Path, dict[str, Any]]:
+def export_model(compiled: CompiledGraph, reuse: Any, folder: Path) -> tuple[Path, dict[str, Any]]:
     """The model's Verilog and its port/timing description, regenerated only on change.
     Caller holds the folder's lock."""
     from ..hdl import export_verilog
@@ -414,7 +415,7 @@ def _port_args(d: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- the public entry point ---------------------------------------------------------------
-def check_input_codes(compiled: Any, input_codes: Any, port: Port) -> np.ndarray:
+def check_input_codes(compiled: CompiledGraph, input_codes: Any, port: Port) -> np.ndarray:
     x = np.asarray(input_codes)
     if x.dtype.kind not in "iu":
         raise SimError(f"input codes must be an integer array (fixed-point codes), got dtype "
@@ -431,14 +432,14 @@ def check_input_codes(compiled: Any, input_codes: Any, port: Port) -> np.ndarray
     return x.reshape(x.shape[0], -1).astype(np.int64)
 
 
-def golden_codes(compiled: Any, input_codes: np.ndarray) -> np.ndarray:
+def golden_codes(compiled: CompiledGraph, input_codes: np.ndarray) -> np.ndarray:
     from ..graphs import reference
 
     g = compiled.graph
     return reference.execute(g, [input_codes], inputs_are_codes=True)[g.outputs[0]]
 
 
-def prepare(compiled: Any, simulator: str = "verilator", reuse: Any = None,
+def prepare(compiled: CompiledGraph, simulator: str = "verilator", reuse: Any = None,
             cache_dir: str | os.PathLike | None = None) -> tuple[Path, dict[str, Any], bool, float]:
     """Export and build once: (folder, spec, built now, build seconds)."""
     check_simulator(simulator)
@@ -449,7 +450,7 @@ def prepare(compiled: Any, simulator: str = "verilator", reuse: Any = None,
     return folder, spec_from_info(info), built, build_s
 
 
-def execute(compiled: Any, input_codes: np.ndarray, simulator: str = "verilator",
+def execute(compiled: CompiledGraph, input_codes: np.ndarray, simulator: str = "verilator",
             reuse: Any = None, seed: int = 0, gaps: float = 0.2, backpressure: float = 0.3,
             expected: np.ndarray | None = None, cache_dir: str | os.PathLike | None = None,
             timing_vectors: int = 8, keep: bool = False) -> dict[str, Any]:

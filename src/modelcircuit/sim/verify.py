@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..graphs.compiled import CompiledGraph
 from .backends import BACKENDS
 from .errors import SimError
 
@@ -80,7 +81,7 @@ def accuracy(out: np.ndarray, labels: np.ndarray) -> float:
     return float((pred == labels.reshape(-1)).mean())
 
 
-def verify(compiled: Any, x: np.ndarray, backends: list[str], labels: np.ndarray | None = None,
+def verify(compiled: CompiledGraph, x: np.ndarray, backends: list[str], labels: np.ndarray | None = None,
            float_out: np.ndarray | None = None, source: str = "inputs",
            simulator: str = "verilator", seed: int = 0, out: Any = None
            ) -> tuple[int, dict[str, Any]]:

@@ -189,3 +189,24 @@ def atomic_dir(out: Path, fill: Callable[[Path], T], what: str = "--out") -> T:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def write_file(path: str | os.PathLike[str], data: bytes | str, tmp_name: str | None = None,
+               fsync: bool = False) -> None:
+    """One file whole or not at all: written beside it under a temporary name (default
+    `.<name>.mc-tmp-<pid>`), then renamed over it; the temporary is gone on any failure.
+    Text is written as UTF-8 with the newlines given. The project's one file writer (reports,
+    the export's Verilog, the sweep store's records); folders: `atomic_dir`."""
+    path = Path(path)
+    tmp = path.with_name(tmp_name or f".{path.name}.mc-tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+

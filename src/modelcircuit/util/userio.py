@@ -14,6 +14,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from .atomic import write_file
 from .errors import GraphError
 
 MAX_ARRAY_BYTES = 1 << 30          # --inputs / --calibrate files
@@ -143,15 +144,10 @@ def check_output_file(path: str | os.PathLike[str], what: str) -> Path:
 def write_text_atomic(path: str | os.PathLike[str], text: str, what: str) -> None:
     """Write a report file whole or not at all (temp file beside it, then rename)."""
     p = check_output_file(path, what)
-    tmp = p.with_name(f".{p.name}.mc-tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
-        os.replace(tmp, p)
+        write_file(p, text)
     except OSError as e:
         raise GraphError(f"{what} {shown(p)}: {e.strerror or e}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def one_line(msg: object) -> str:

@@ -23,12 +23,12 @@ import numpy as np
 import onnx
 
 from .layout import (
-    _flatten_target,
-    _reshape_target,
     act_shape,
     attrs,
     batch_axis,
     concat,
+    flatten_target,
+    reshape_target,
 )
 
 if TYPE_CHECKING:
@@ -273,7 +273,7 @@ def _concat_marked(im: ImportState, node: onnx.NodeProto) -> None:
 def _flattens(im: ImportState, node: onnx.NodeProto) -> bool:
     """Does this Flatten/Reshape make one vector per sample of a marked frame?"""
     shp = (1,) + onnx_shape(im, node.input[0])
-    t = (_flatten_target if node.op_type == "Flatten" else _reshape_target)(im, node, shp)
+    t = (flatten_target if node.op_type == "Flatten" else reshape_target)(im, node, shp)
     return len(t) == 2 and t[0] == 1
 
 

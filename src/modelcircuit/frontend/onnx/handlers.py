@@ -97,7 +97,7 @@ def _bcast_shape(im: ImportState, node: onnx.NodeProto, act: tuple[int, ...],
     return c
 
 
-def _binary(im: ImportState, node: onnx.NodeProto, cvalue: np.ndarray | None = None) -> None:
+def binary(im: ImportState, node: onnx.NodeProto, cvalue: np.ndarray | None = None) -> None:
     """Add/Sub/Mul/Div; with a constant operand (its value `cvalue` when given: already put
     in the batch-first layout) the op keeps the activation's shape."""
     op = node.op_type
@@ -367,7 +367,7 @@ def swapped_consumer(im: ImportState, node: onnx.NodeProto) -> None:
         if cv.shape[0] != 1:
             raise refuse(f"{op} by constant {c!r} of shape {list(im.const(c).shape)} differs "
                          "along the batch, so it is not per-feature")
-        _binary(im, node, cv)
+        binary(im, node, cv)
     elif op == "BatchNormalization" and node.input[0] == x and len(acts) == 1:
         check_float_attrs(im, node)
         n = im.const(node.input[1]).size if im.is_const(node.input[1]) else -1
@@ -432,7 +432,7 @@ def _hard(func: str) -> Callable[[ImportState, onnx.NodeProto], None]:
 HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "MatMul": _matmul,
     "Gemm": _gemm,
-    "Add": _binary, "Sub": _binary, "Mul": _binary, "Div": _binary,
+    "Add": binary, "Sub": binary, "Mul": binary, "Div": binary,
     "Relu": _unary("Relu"),
     "LeakyRelu": _unary("LeakyRelu"),
     "Sigmoid": _unary("Lut", func="sigmoid"),

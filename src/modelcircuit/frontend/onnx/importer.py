@@ -54,8 +54,7 @@ from .checks import (
     named_once,
 )
 from .fold import fold
-from .handlers import HANDLERS, swapped_consumer, swapped_output
-from .handlers import _binary as binary
+from .handlers import HANDLERS, binary, swapped_consumer, swapped_output
 from .io import (
     CHANNELS_LAST,
     Unsupported,

@@ -134,12 +134,12 @@ def reshape(im: ImportState, node: onnx.NodeProto) -> None:
     """Flatten, Reshape, Squeeze and Unsqueeze: each computes its ONNX target shape."""
     x = node.input[0]
     shp = (1,) + act_shape(im, x)
-    target = {"Flatten": _flatten_target, "Reshape": _reshape_target,
+    target = {"Flatten": flatten_target, "Reshape": reshape_target,
               "Squeeze": _squeeze_target, "Unsqueeze": _unsqueeze_target}[node.op_type]
     _reshape_to(im, node, x, target(im, node, shp))
 
 
-def _flatten_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
+def flatten_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
                     ) -> tuple[int, ...]:
     axis = attrs(node).get("axis", 1)
     ax = axis + len(shp) if axis < 0 else axis
@@ -154,7 +154,7 @@ def _flatten_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
     return (math.prod(shp[:ax]), math.prod(shp[ax:]))
 
 
-def _reshape_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
+def reshape_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
                     ) -> tuple[int, ...]:
     """The ONNX target (batch 1 first) of a Reshape of `shp` (batch 1 first). The target's
     first dimension must be the model's batch: 0 (copy), -1 with the others making one

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import Op
 from ...util.atomic import atomic_dir
 from ..plan.circuit import CircuitPlan, resolve_plan
@@ -33,7 +34,7 @@ from .tools import FitError, Progress, Runner
 from .yosys import check_fit, dsp_budget_for, synthesize, write_design
 
 
-def plan_build(compiled: Any, prof: dict[str, Any], reuse: Any = None,
+def plan_build(compiled: CompiledGraph, prof: dict[str, Any], reuse: Any = None,
                pipeline: str | None = None, adder_levels: int | None = None
                ) -> tuple[CircuitPlan, FitPlan]:
     """The circuit plan of a build on `prof`, checked before any elaboration or synthesis:
@@ -146,7 +147,7 @@ def _place(core: Any, info: dict[str, Any], prof: dict[str, Any], out: Path, run
                          target_mhz=freq_mhz)
 
 
-def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
+def run_model(compiled: CompiledGraph, prof: dict[str, Any], out: Path, reuse: Any = None,
               board: str | None = None, progress: Progress = None,
               target_mhz: float | None = None, pipeline: str | None = None,
               adder_levels: int | None = None,
@@ -189,7 +190,7 @@ def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
     return rep
 
 
-def run_flow(compiled: Any, plan: CircuitPlan, fpga_dir: Path, progress: Progress = None,
+def run_flow(compiled: CompiledGraph, plan: CircuitPlan, fpga_dir: Path, progress: Progress = None,
              device: str | None = None) -> dict[str, Any]:
     """`compile --target fpga`: out-of-context flow for the compiled model's profile into
     fpga_dir (inside the artifact's temp dir, so atomic with it), built with the plan the
@@ -201,7 +202,7 @@ def run_flow(compiled: Any, plan: CircuitPlan, fpga_dir: Path, progress: Progres
     return stable(rep)
 
 
-def build(compiled: Any, device: str, out: Path, board: str | None = None, reuse: Any = None,
+def build(compiled: CompiledGraph, device: str, out: Path, board: str | None = None, reuse: Any = None,
           progress: Progress = None, pipeline: str | None = None,
           adder_levels: int | None = None) -> dict[str, Any]:
     """`modelcircuit build`: out-of-context or board build into `out`, atomically (an

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import LINEAR, ConvAttrs, DenseAttrs, Op
 from ..plan.cmvm import csd
 from ..plan.fold import fold_multipliers, fold_shape
@@ -100,7 +101,7 @@ def _width(g: Any, name: str, default: int = 16) -> int:
     return int(getattr(t, "width", default) or default)
 
 
-def dense_layers(compiled: Any) -> list[dict[str, Any]]:
+def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
     """Per Dense layer with constant weights: its node, weights and widths (input, weight,
     output, accumulator + 1)."""
     g = compiled.graph
@@ -285,7 +286,7 @@ def _parallel_cost(layer: dict[str, Any]) -> LayerCost:
                      lut_per_mul_min=max(1, wx * ww // 2))
 
 
-def softmax_costs(compiled: Any, plan: dict[str, int], family_name: str) -> list[LayerCost]:
+def softmax_costs(compiled: CompiledGraph, plan: dict[str, int], family_name: str) -> list[LayerCost]:
     """Each Softmax as the circuit builds it for this plan (hdl/units/softmax.py:
     the serial unit where the design's II covers it, else the parallel one), as a
     LayerCost (its products as multipliers; reuse = its II), on the family's block RAM

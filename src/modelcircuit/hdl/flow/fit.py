@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import LINEAR
 from ...graphs.profiles import all_profiles
 from ..errors import HdlError
@@ -81,7 +82,7 @@ def _fits(est: dict[str, int], prof: dict[str, Any], margin: float, overhead: in
 class _Fit:
     """What fit_reuse and check_plan share: the device, its budget, the per-layer costs."""
 
-    compiled: Any
+    compiled: CompiledGraph
     prof: dict[str, Any]
     layers: list[dict[str, Any]]
     family: str
@@ -120,7 +121,7 @@ class _Fit:
         search, hdl/flow/stream_fit.py, adds its glue before asking)."""
         return _fits(est, self.prof, self.lut_margin, self.overhead)
 
-    def no_fit(self, compiled: Any, search: Any, any_within: bool) -> ValueError:
+    def no_fit(self, compiled: CompiledGraph, search: Any, any_within: bool) -> ValueError:
         """The error when no plan fits (see _no_fit)."""
         return _no_fit(compiled, self, search, any_within)
 
@@ -137,7 +138,7 @@ class _Fit:
                        lut_unit=self.unit, margin=self.lut_margin)
 
 
-def _context(compiled: Any, prof: dict[str, Any], lut_margin: float | None,
+def _context(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float | None,
              overhead_lut: int | None, pipeline: str | None) -> _Fit:
     g = compiled.graph
     fam_name = prof.get("family", "ecp5")
@@ -171,7 +172,7 @@ def _context(compiled: Any, prof: dict[str, Any], lut_margin: float | None,
                 strategy=str(compiled.options.get("strategy", "mult")))
 
 
-def _model_name(compiled: Any) -> str:
+def _model_name(compiled: CompiledGraph) -> str:
     return str(getattr(compiled.graph, "name", "?"))
 
 
@@ -197,7 +198,7 @@ class _Search:
     """The plans fit_reuse tries: per layer its candidate reuse factors, and whether a plan
     is within the HDL backend's size limits (by size.size_bound)."""
 
-    def __init__(self, compiled: Any, layers: list[dict[str, Any]]):
+    def __init__(self, compiled: CompiledGraph, layers: list[dict[str, Any]]):
         self.layers = layers
         self.lim_p, self.lim_rom = hdl_limit("products"), hdl_limit("rom_bits")
         self.other = other_size(compiled.graph)
@@ -221,7 +222,7 @@ class _Search:
         return sorted({r for c in self.cands.values() for r in c})
 
 
-def fit_reuse(compiled: Any, prof: dict[str, Any], lut_margin: float | None = None,
+def fit_reuse(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float | None = None,
               overhead_lut: int | None = None, pipeline: str | None = None) -> FitPlan:
     """The least-II plan that fits `prof` (an FPGA profile dict with name, lut, ff, dsp)
     built with `pipeline` (the register schedule; default: the device family's). Only plans
@@ -258,7 +259,7 @@ def fit_reuse(compiled: Any, prof: dict[str, Any], lut_margin: float | None = No
     return fx.plan(plan)
 
 
-def _no_fit(compiled: Any, fx: _Fit, search: _Search, any_within: bool) -> ValueError:
+def _no_fit(compiled: CompiledGraph, fx: _Fit, search: _Search, any_within: bool) -> ValueError:
     """Why no plan fits: the HDL backend's size limits (HdlError), else the device (FitError)."""
     plan = {lay["node"]: lay["w"].size for lay in fx.layers}
     if not any_within:
@@ -291,7 +292,7 @@ def _plan_text(plan: dict[str, int]) -> str:
     return "reuse " + ", ".join(f"{k}={v}" for k, v in plan.items())
 
 
-def check_plan(compiled: Any, prof: dict[str, Any], plan: dict[str, int],
+def check_plan(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[str, int],
                pipeline: str | None = None) -> FitPlan:
     """The estimate of an explicit reuse plan on `prof`; FitError, before any synthesis,
     when it exceeds the device (LUTs, flip-flops or block RAM). Returns the estimate (a
@@ -330,7 +331,7 @@ def check_plan(compiled: Any, prof: dict[str, Any], plan: dict[str, int],
 DEFAULT_FIT_DEVICE = "ecp5-85k"
 
 
-def fit_profile(compiled: Any) -> dict[str, Any]:
+def fit_profile(compiled: CompiledGraph) -> dict[str, Any]:
     """The FPGA profile `--reuse auto` fits: the compiled graph's profile when it is an FPGA
     with LUT/FF/DSP figures, else DEFAULT_FIT_DEVICE."""
     profs = all_profiles()
@@ -359,8 +360,9 @@ def simulation_profile() -> dict[str, Any]:
                 ff=SIMULATION_SCALE * int(p["ff"]), dsp=big, bram=big)
 
 
-def plan_circuit(compiled: Any, reuse: Reuse | str | None = None, pipeline: str | None = None,
-                 adder_levels: int | None = None, simulation: bool = False) -> CircuitPlan:
+def plan_circuit(compiled: CompiledGraph, reuse: Reuse | str | None = None,
+                 pipeline: str | None = None, adder_levels: int | None = None,
+                 simulation: bool = False) -> CircuitPlan:
     """The circuit plan (hdl/plan/circuit.resolve_plan) for `reuse` as given (None: the
     compiled graph's reuse option), except "auto", which becomes the plan of fit_reuse for
     the compiled graph's FPGA profile (fit_profile) with its fit block, or, for a
@@ -388,12 +390,12 @@ def plan_circuit(compiled: Any, reuse: Reuse | str | None = None, pipeline: str 
     return resolve_plan(compiled, reuse, pipeline, adder_levels)
 
 
-def _is_fpga(compiled: Any) -> bool:
+def _is_fpga(compiled: CompiledGraph) -> bool:
     p = all_profiles().get(compiled.profile or "")
     return bool(p and p.get("kind") == "fpga")
 
 
-def choose_strategy(compiled: Any, prof: dict[str, Any], plan: dict[str, int]
+def choose_strategy(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[str, int]
                     ) -> dict[str, str]:
     """`--strategy auto` per Dense layer: DSPs where the device has them to spare, adder
     graphs elsewhere. Folded layers (R > 1) keep their multipliers. Layers at R = 1 take

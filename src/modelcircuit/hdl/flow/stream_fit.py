@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
 from .estimate import bram_tiles
 
@@ -184,7 +185,7 @@ def plan_at(cands: dict[str, list[int]], busy: dict[str, tuple[int, int]], t: in
     return out
 
 
-def design_timing(compiled: Any, plan: dict[str, int], pipeline: str | None = None
+def design_timing(compiled: CompiledGraph, plan: dict[str, int], pipeline: str | None = None
                   ) -> tuple[Any, Any]:
     """The streamed design for a plan and its schedule (hdl/streamed/top.py)."""
     from ..streamed.top import schedule
@@ -193,7 +194,7 @@ def design_timing(compiled: Any, plan: dict[str, int], pipeline: str | None = No
     return d, schedule(d)
 
 
-def stream_design(compiled: Any, plan: dict[str, int], pipeline: str | None = None) -> Any:
+def stream_design(compiled: CompiledGraph, plan: dict[str, int], pipeline: str | None = None) -> Any:
     """The streamed design (hdl/streamed/lower.py build_design) for a plan and register schedule
     (None: the compiled graph's), not elaborated."""
     from ..plan.circuit import resolve_plan
@@ -230,7 +231,7 @@ def _external(mems: list[StreamMem], over: int, frame_cycles: int, clock_mhz: fl
     return out
 
 
-def stream_block(compiled: Any, plan: dict[str, int], family_name: str,
+def stream_block(compiled: CompiledGraph, plan: dict[str, int], family_name: str,
                  geom: tuple[int, int], bram_budget: int, weight_bram: int,
                  clock_mhz: float, pipeline: str | None = None
                  ) -> tuple[dict[str, Any], Any]:
@@ -269,7 +270,7 @@ def stream_block(compiled: Any, plan: dict[str, int], family_name: str,
 WEIGHTINGS = ((1.0, 1.0, 1.0), (2.0, 1.0, 0.25), (4.0, 2.0, 0.05), (1.0, 1.0, 4.0))
 
 
-def fit_streamed(compiled: Any, fx: Any, search: Any, pipeline: str | None = None) -> Any:
+def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | None = None) -> Any:
     """--reuse auto for a streamed model (fit.fit_reuse calls it): the least frame budget T
     (a multiple of T0) and layer scoring whose plan fits the logic (LUT, FF with the
     family's margin, DSP) and whose weight ROMs fit the block RAM; the streamed memories
@@ -367,7 +368,7 @@ def _over(est: dict[str, int], fx: Any) -> dict[str, dict[str, int]]:
     return {k: {"need": int(need[k]), "budget": int(lim[k])} for k in lim if need[k] > lim[k]}
 
 
-def refusal(compiled: Any, fp: Any) -> str | None:
+def refusal(compiled: CompiledGraph, fp: Any) -> str | None:
     """Why a streamed plan cannot be built on its device, as one line, or None: logic over
     the budget, and FIFOs that would need external memory."""
     blk = getattr(fp, "stream", None) or {}
@@ -397,7 +398,7 @@ def refusal(compiled: Any, fp: Any) -> str | None:
             f"{fp.device}")
 
 
-def check_streamed(compiled: Any, fx: Any, fp: Any, plan: dict[str, int],
+def check_streamed(compiled: CompiledGraph, fx: Any, fp: Any, plan: dict[str, int],
                    pipeline: str | None = None) -> None:
     """An explicit reuse of a streamed model (fit.check_plan): the glue and the streamed
     memories added to the estimate; BRAM over the device is refused naming the FIFOs."""

@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ...graphs.compiled import CompiledGraph
 from ...util import templating
 from .devices import dsp_blocks, soft_max_width
 from .reports import parse_muls, parse_stat
@@ -57,7 +58,7 @@ def soft_products(muls: list[dict[str, Any]], family: str, budget: int
     return soft, need, want
 
 
-def dsp_budget_for(compiled: Any) -> int | None:
+def dsp_budget_for(compiled: CompiledGraph) -> int | None:
     """The DSP budget a compiled model asks for: 0 with `--strategy da` (adder graphs for
     the Dense layers and logic for every other product too: no DSP block at all), else None
     (the device's; `auto` spends DSPs where the device has them, `mult` as before)."""

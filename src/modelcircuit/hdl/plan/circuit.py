@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
 from .reuse import Reuse, ReusePlan, resolve_reuse
 from .schedule import Schedule, resolve_schedule
@@ -43,7 +44,7 @@ class CircuitPlan:
             self.strategy.get(node, "mult")
 
 
-def resolve_plan(compiled: Any, reuse: CircuitPlan | Reuse | str | None = None,
+def resolve_plan(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = None,
                  pipeline: str | None = None, adder_levels: int | None = None) -> CircuitPlan:
     """The circuit plan of `compiled`. `reuse`: None (the compiled graph's "reuse" option),
     an int, a per-layer mapping, a `ReusePlan` (the flow's fit), or a plan already resolved

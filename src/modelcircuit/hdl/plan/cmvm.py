@@ -28,7 +28,7 @@ accumulator width + 1).
 Cost (`AdderGraph.cost`): an adder of a node v = (a << sa) ± (b << sb), min(sa, sb) = 0,
 is a carry chain over the bits of v above max(sa, sb) (the lower bits are the other operand's
 bits, wires); yosys maps a carry chain of n bits to ceil(n / 2) CCU2C on ECP5 and n
-SB_LUT4 + n SB_CARRY on iCE40, less the chains' ends (checked in tests/hdl/test_cmvm.py
+SB_LUT4 + n SB_CARRY on iCE40, less the chains' ends (checked in tests/hdl/plan/test_cmvm.py
 against synth_ecp5 and synth_ice40 on a small graph).
 """
 
@@ -129,7 +129,7 @@ class AdderGraph:
         """Logic of the adders (no registers): ECP5 {"ccu2c", "lut4"}, iCE40 {"lut4",
         "carry"}. Every bit of a carry chain is about half a CCU2C on ECP5 (a 2-bit slice),
         a LUT4 and an SB_CARRY on iCE40 (ECP5_*, ICE40_*: per chain bit, measured on an
-        8x6 graph of 674 chain bits, tests/hdl/test_cmvm.py: synth_ecp5 364 CCU2C and no
+        8x6 graph of 674 chain bits, tests/hdl/plan/test_cmvm.py: synth_ecp5 364 CCU2C and no
         LUT4, synth_ice40 626 SB_CARRY + 852 SB_LUT4). This holds as the circuit keeps
         every node (hdl/units/dense.py); merged into $macc cells, yosys maps chains of adds as
         carry-save trees of LUT4s (the same graph: 300 CCU2C + 291 LUT4)."""

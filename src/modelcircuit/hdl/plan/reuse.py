@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
 from .size import check_circuit_size, dense_weights
 
@@ -45,7 +46,7 @@ def _check(r: Any, where: str, limit: int) -> int:
     return int(r)
 
 
-def resolve_reuse(compiled: Any, reuse: Reuse | str) -> dict[str, int]:
+def resolve_reuse(compiled: CompiledGraph, reuse: Reuse | str) -> dict[str, int]:
     """Dense node name -> validated reuse factor, within the size limits. A string must be
     an integer's text; "auto" is refused (the flow resolves it: hdl/flow/fit.plan_circuit)."""
     if isinstance(reuse, ReusePlan):

@@ -23,6 +23,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
 
 # folded Dense: load, ROM read, 2 coefficient/chunk registers, 2 product registers,
@@ -122,7 +123,7 @@ def _soft_width(profile: str | None) -> int:
     return int(fam.get("soft_multiplier_max_width", 0))
 
 
-def resolve_schedule(compiled: Any, name: str | None, adder_levels: int | None
+def resolve_schedule(compiled: CompiledGraph, name: str | None, adder_levels: int | None
                      ) -> tuple[str, Schedule]:
     """The register schedule preset `name` (None: default_schedule of the graph's profile)
     with `adder_levels` per stage (None: the preset's)."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import LAYOUT, LINEAR, TABLE_OPS, Op
 from ..errors import HdlError
 from .fold import coef_width, layer_size, size_bound
@@ -147,7 +148,7 @@ def beyond_any_reuse(dense: Mapping[str, np.ndarray], other: tuple[int, int], li
             f"{limit_note('rom_bits')})")
 
 
-def check_circuit_size(compiled: Any, plan: Mapping[str, int],
+def check_circuit_size(compiled: CompiledGraph, plan: Mapping[str, int],
                        dense: Mapping[str, np.ndarray] | None = None) -> None:
     """Refuse (HdlError) a circuit over the HDL backend's limits (graphs/limits.py,
     hdl_limit) before it is elaborated: weights per Dense layer, products and element-wise

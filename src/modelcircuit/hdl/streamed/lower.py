@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ...graphs.compiled import CompiledGraph
 from ...graphs.ir import Graph, Node, Tensor
 from ...graphs.ops import (
     SPATIAL,
@@ -379,7 +380,7 @@ class StreamModel:
     its compile-time schedule (hdl/streamed/top.py `schedule`) and ports. Nothing is built:
     `component()` is the top-level `StreamTop`."""
 
-    def __init__(self, compiled: Any, plan: CircuitPlan):
+    def __init__(self, compiled: CompiledGraph, plan: CircuitPlan):
         from .top import schedule
 
         g = compiled.graph

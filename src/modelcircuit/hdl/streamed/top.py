@@ -70,7 +70,7 @@ def schedule(d: StreamDesign, frames: int | None = None) -> Timing:
     AND of its output FIFOs' w_rdy, so a full FIFO would freeze it and the timing would no
     longer be the model's). On a skip connection that is the structural lag: tiny_unet's
     top Concat holds 34,949 tokens against 135 rows x 256 = 34,560 from the rows of halo
-    of the long path alone (3x3 Convs, pools, resizes; tests/hdl/test_unet.py checks this
+    of the long path alone (3x3 Convs, pools, resizes; tests/hdl/streamed/test_unet.py checks this
     on a generated U-Net). The FIFO in front of a Resize holds the end-of-frame flush of a
     deeper level (it emits 4 tokens per input token); a smaller one would need a schedule
     with back-pressure."""

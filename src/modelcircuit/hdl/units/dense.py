@@ -133,7 +133,23 @@ def tree_levels(n_terms: int) -> int:
     return max(0, math.ceil(math.log2(n_terms))) if n_terms > 1 else 0
 
 
-class Dense(FoldStages, Unit):
+class Dense(Unit):
+    """A Dense layer: the numbers and the requantization tail every circuit of it shares.
+    `Dense(...)` makes the circuit its plan calls for (`__new__`): `DenseParallel` (R = 1,
+    products), `DenseGraph` (R = 1, strategy "da": one shared adder graph) or `DenseFolded`
+    (R > 1); each plans itself in `_plan` and builds itself in `elaborate`."""
+
+    def __new__(cls, tx: FixedType, w: np.ndarray, *args: object, **kw: object) -> Dense:
+        if cls is not Dense:
+            return super().__new__(cls)
+        reuse = int(kw.get("reuse", args[6] if len(args) > 6 else 1))  # type: ignore[arg-type]
+        strategy = kw.get("strategy", args[9] if len(args) > 9 else "mult")
+        if strategy not in STRATEGIES:
+            raise HdlError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        # adder graphs at R = 1 only: a folded layer time-shares its multipliers
+        kind = DenseFolded if reuse > 1 else DenseGraph if strategy == "da" else DenseParallel
+        return super().__new__(kind)
+
     def __init__(self, tx: FixedType, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
                  tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
                  reuse: int = 1, adder_levels: int = 4, schedule: Schedule | None = None,
@@ -153,112 +169,16 @@ class Dense(FoldStages, Unit):
         self.reuse = int(reuse)
         self.ii = self.reuse
         rq = [self.pipe.requant_levels] * 2  # rounding, overflow + ReLU
-        if strategy not in STRATEGIES:
-            raise HdlError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-        # adder graphs at R = 1 only: a folded layer time-shares its multipliers
-        self.strategy = "da" if strategy == "da" and self.reuse == 1 else "mult"
-        if self.strategy == "da":
-            self._plan_graph(w, rq)
-        elif self.reuse == 1:
-            self._plan_parallel(w, rq)
-        else:
-            self._plan_folded(w, rq)
+        self.strategy = "da" if isinstance(self, DenseGraph) else "mult"
+        self._plan(w, rq)
 
-    def _plan_parallel(self, w: np.ndarray, rq: list[int]) -> None:
-        """R = 1: which weights are multipliers, shifts or shift-add leaves; the tree depth
-        and where its registers go."""
-        L = self.adder_levels
-        nz = w != 0
-        p2 = nz & ((np.abs(w) & (np.abs(w) - 1)) == 0)
-        # constants with few signed digits become shift-add leaves of the adder tree
-        ndig = np.vectorize(lambda v: len(csd(v)), otypes=[np.int64])(w)
-        sa = nz & ~p2 & (ndig <= self.pipe.csd_digits)
-        self.shift_add = sa
-        self.multipliers, self.shifts = int((nz & ~p2 & ~sa).sum()), int(p2.sum())
-        leaves = np.where(sa, ndig, nz.astype(np.int64))
-        terms = [int(leaves[:, j].sum()) + (self.bias[j] != 0) for j in range(self.n_out)]
-        self.levels = max([tree_levels(t) for t in terms] + [0])
-        mw = self.pipe.mul_levels
-        if mw is None:
-            # a negated leaf (-x << k) is a carry chain of its own: one level
-            neg = bool(((w < 0) & (p2 | sa)).any())
-            mw = L if self.multipliers else int(neg)
-        self.stage_regs = plan_stages([mw] + [1] * self.levels + rq, L)
-        self.latency = sum(self.stage_regs) + 1
-
-    def _plan_graph(self, w: np.ndarray, rq: list[int]) -> None:
-        """R = 1 as one shared adder graph (hdl/plan/cmvm.py): the weights pre-shifted to the
-        sum's binary point, the bias (plus the rounding's half for RND: one adder fewer per
-        output) as each column's constant, widths modulo 2**M. A register after every
-        adder level where the schedule puts one (plan_stages: each level weighs 1)."""
-        tx = self.tx
-        lo = -(1 << (tx.width - 1)) if tx.signed else 0  # every code the port can carry
-        hi = (1 << (tx.width - (1 if tx.signed else 0))) - 1
-        s = self.frac - self.tout.frac
-        self.round_trn = self.tout.rounding == Rounding.RND and s > 0
-        bias = [b + ((1 << (s - 1)) if self.round_trn else 0) for b in self.bias]
-        self.graph = cmvm.optimize(np.asarray(w, dtype=np.int64) << self.p_shift,
-                                   [lo] * self.n_in, [hi] * self.n_in, bias, cap=self.mod)
-        self.multipliers = self.shifts = 0
-        self.levels = self.graph.depth
-        self.stage_regs = plan_stages([1] * self.levels + rq, self.adder_levels)
-        self.latency = sum(self.stage_regs) + 1
-
-    def _plan_folded(self, w: np.ndarray, rq: list[int]) -> None:
-        """R > 1: the fold, its lanes (shift or multiplier) and coefficient ROM, and where
-        the registers go."""
-        L = self.adder_levels
-        self.fold = f = fold_shape(self.n_in, self.n_out, self.reuse)
-        self.r_in, self.c = f.r_in, f.c
-        lanes = fold_lanes(w, f)  # (steps, c, m)
-        kinds = lane_kinds(lanes)
-        self.lanes = {(t, j): ([int(v) for v in lanes[:, t, j]],
-                               "shift" if kinds[t, j] == 1 else "mul")
-                      for t in range(f.c) for j in range(f.m) if kinds[t, j]}
-        self.multipliers = sum(1 for v in self.lanes.values() if v[1] == "mul")
-        self.shifts = sum(1 for v in self.lanes.values() if v[1] == "shift")
-        self.levels = tree_levels(f.c)
-        if self.pipe.lean:  # product, tree levels, accumulate: registers as planned
-            flags = plan_stages([self.pipe.mul_levels or L] + [1] * self.levels + [1], L)
-            self.prod_reg, self.tree_flags = flags[0], flags[1:1 + self.levels]
-        else:  # products registered twice (DSP out, then near the tree)
-            self.prod_reg = True
-            self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
-        self.tree_regs = sum(self.tree_flags) + (self.pipe.lean and self.prod_reg)
-        self.rq_flags = plan_stages(rq, L)
-        self.latency = (f.steps + self.pipe.fold_stages + self.tree_regs
-                        + sum(self.rq_flags))
-        mul_lanes = [v[0] for v in self.lanes.values() if v[1] == "mul"]
-        self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
-        self.rom_width = self.cw * len(mul_lanes)
-        self.rom_depth = f.steps if mul_lanes else 0
-        self.rom_block = self.rom_depth >= self.pipe.rom_bram_depth
-        # products the device builds in logic, with a second product register to spare:
-        # split over 2-bit slices of the coefficient (dense_fold._fold_products: each
-        # x * slice is one adder, its AND in the carry chain's own LUTs; the slices are
-        # summed in the next stage)
-        soft = self.pipe.soft_width
-        self.split_k = (SPLIT_SLICE if mul_lanes and not self.pipe.lean and self.prod_reg
-                        and self.cw >= 2 * SPLIT_SLICE and max(self.cw, self.tx.width) <= soft
-                        else 0)
+    def _plan(self, w: np.ndarray, rq: list[int]) -> None:
+        raise NotImplementedError
 
     def describe(self) -> dict[str, object]:
         d = super().describe()
         d["adder_levels"] = self.adder_levels
         d["strategy"] = self.strategy
-        if self.strategy == "da":
-            d["adder_graph"] = {"adders": len(self.graph.adders()), "depth": self.levels,
-                                "chain_bits": sum(self.graph.chain_bits(i)
-                                                  for i in self.graph.adders())}
-        elif self.reuse == 1:
-            d["shift_add"] = int(self.shift_add.sum())
-        if self.reuse > 1:
-            f = self.fold
-            d["fold"] = {"r_in": f.r_in, "c": f.c, "r_out": f.r_out, "m": f.m,
-                         "steps": f.steps, "rom": {"depth": self.rom_depth,
-                                                   "width": self.rom_width,
-                                                   "style": "block" if self.rom_block
-                                                   else "logic"}}
         return d
 
     # -- shared pieces -------------------------------------------------------------------
@@ -317,22 +237,12 @@ class Dense(FoldStages, Unit):
             r, carry = regd[:len(r)], regd[len(r):]
         return self._finish(m, r), carry
 
-    def elaborate(self, platform: object) -> Module:
-        m = Module()
-        if self.strategy == "da":
-            self._graph(m)
-        elif self.reuse == 1:
-            self._parallel(m)
-        else:
-            self._folded(m)
-        return m
-
     def _core(self, m: Module) -> list[Value]:
         """R = 1: the products or adder graph and the tree, up to the sums (before the
         requantization), registers as planned. In Amaranth, or, inside an export's
         netlist_text.text_cores block, as a Verilog text module (the same circuit, written
         from the same code through netlist_text.TextOps) instantiated here."""
-        build = self._core_graph if self.strategy == "da" else self._core_parallel
+        build = self._core_build
         cores = netlist_text.active()
         if cores is None:
             return [Value.cast(v) for v in build(self._amaranth_ops(m), self.inputs())]
@@ -345,6 +255,9 @@ class Dense(FoldStages, Unit):
                                      i_x=self.x0, o_s=s)
         return [s[j * self.mod:(j + 1) * self.mod].as_signed() for j in range(self.n_out)]
 
+    def _core_build(self, ops: _Ops, x: list[object]) -> list[object]:
+        raise NotImplementedError  # R = 1 circuits: the products or the adder graph
+
     def _const_mul(self, ops: _Ops, x: object, c: int) -> object | None:
         """x * c as arith.const_mul: None for 0, a shift (and negation) for a power of two,
         a multiplier otherwise."""
@@ -356,7 +269,36 @@ class Dense(FoldStages, Unit):
             return ops.neg(y) if c < 0 else y
         return ops.mul(x, c)
 
-    def _core_parallel(self, ops: _Ops, x: list[object]) -> list[object]:
+
+class DenseParallel(Dense):
+    """R = 1, products: shift-add leaves, shifts or constant products, the adder tree."""
+
+    def _plan(self, w: np.ndarray, rq: list[int]) -> None:
+        """R = 1: which weights are multipliers, shifts or shift-add leaves; the tree depth
+        and where its registers go."""
+        L = self.adder_levels
+        nz = w != 0
+        p2 = nz & ((np.abs(w) & (np.abs(w) - 1)) == 0)
+        # constants with few signed digits become shift-add leaves of the adder tree
+        ndig = np.vectorize(lambda v: len(csd(v)), otypes=[np.int64])(w)
+        sa = nz & ~p2 & (ndig <= self.pipe.csd_digits)
+        self.shift_add = sa
+        self.multipliers, self.shifts = int((nz & ~p2 & ~sa).sum()), int(p2.sum())
+        leaves = np.where(sa, ndig, nz.astype(np.int64))
+        terms = [int(leaves[:, j].sum()) + (self.bias[j] != 0) for j in range(self.n_out)]
+        self.levels = max([tree_levels(t) for t in terms] + [0])
+        mw = self.pipe.mul_levels
+        if mw is None:
+            # a negated leaf (-x << k) is a carry chain of its own: one level
+            neg = bool(((w < 0) & (p2 | sa)).any())
+            mw = L if self.multipliers else int(neg)
+        self.stage_regs = plan_stages([mw] + [1] * self.levels + rq, L)
+        self.latency = sum(self.stage_regs) + 1
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "shift_add": int(self.shift_add.sum())}
+
+    def _core_build(self, ops: _Ops, x: list[object]) -> list[object]:
         """R = 1, products: one term per non-zero weight (shift-add leaves, shifts or
         constant products) and the bias, the product registers, the adder tree."""
         cols: list[list[object]] = []
@@ -382,12 +324,42 @@ class Dense(FoldStages, Unit):
         sums, _ = self._tree(ops, cols, flags[1:1 + self.levels], [])
         return sums
 
-    def _parallel(self, m: Module) -> None:
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
         sums = self._core(m)
         outs, _ = self._requant(m, sums, self.stage_regs[1 + self.levels], [])
         self.out_regs(m, outs)
+        return m
 
-    def _core_graph(self, ops: _Ops, x: list[object]) -> list[object]:
+
+class DenseGraph(Dense):
+    """R = 1, strategy "da": one shared adder graph (hdl/plan/cmvm.py), no product."""
+
+    def _plan(self, w: np.ndarray, rq: list[int]) -> None:
+        """R = 1 as one shared adder graph (hdl/plan/cmvm.py): the weights pre-shifted to the
+        sum's binary point, the bias (plus the rounding's half for RND: one adder fewer per
+        output) as each column's constant, widths modulo 2**M. A register after every
+        adder level where the schedule puts one (plan_stages: each level weighs 1)."""
+        tx = self.tx
+        lo = -(1 << (tx.width - 1)) if tx.signed else 0  # every code the port can carry
+        hi = (1 << (tx.width - (1 if tx.signed else 0))) - 1
+        s = self.frac - self.tout.frac
+        self.round_trn = self.tout.rounding == Rounding.RND and s > 0
+        bias = [b + ((1 << (s - 1)) if self.round_trn else 0) for b in self.bias]
+        self.graph = cmvm.optimize(np.asarray(w, dtype=np.int64) << self.p_shift,
+                                   [lo] * self.n_in, [hi] * self.n_in, bias, cap=self.mod)
+        self.multipliers = self.shifts = 0
+        self.levels = self.graph.depth
+        self.stage_regs = plan_stages([1] * self.levels + rq, self.adder_levels)
+        self.latency = sum(self.stage_regs) + 1
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(),
+                "adder_graph": {"adders": len(self.graph.adders()), "depth": self.levels,
+                                "chain_bits": sum(self.graph.chain_bits(i)
+                                                  for i in self.graph.adders())}}
+
+    def _core_build(self, ops: _Ops, x: list[object]) -> list[object]:
         """The adder graph, node by node (one signal each, its exact width or M bits), each
         value delayed by registers to the stage of every level that reads it."""
         g, flags = self.graph, self.stage_regs
@@ -427,7 +399,8 @@ class Dense(FoldStages, Unit):
         return [ops.const(0, 1, False) if o is None else ops.shl(at(o[0], stage), o[1])
                 for o in g.outputs]
 
-    def _graph(self, m: Module) -> None:
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
         sums = self._core(m)
         r = self._named(m, [shift_round(fit(v, self.mod, True), self.frac - self.tout.frac,
                                         Rounding.TRN if self.round_trn else self.tout.rounding)
@@ -435,8 +408,62 @@ class Dense(FoldStages, Unit):
         if self.stage_regs[self.levels]:
             r = self.regs(m, r, "rq")
         self.out_regs(m, self._finish(m, r))
+        return m
 
-    def _folded(self, m: Module) -> None:
+
+class DenseFolded(FoldStages, Dense):
+    """R > 1: time-shared lanes over a coefficient ROM, an accumulator per output lane
+    (the stages in dense_fold.py)."""
+
+    def _plan(self, w: np.ndarray, rq: list[int]) -> None:
+        """R > 1: the fold, its lanes (shift or multiplier) and coefficient ROM, and where
+        the registers go."""
+        L = self.adder_levels
+        self.fold = f = fold_shape(self.n_in, self.n_out, self.reuse)
+        self.r_in, self.c = f.r_in, f.c
+        lanes = fold_lanes(w, f)  # (steps, c, m)
+        kinds = lane_kinds(lanes)
+        self.lanes = {(t, j): ([int(v) for v in lanes[:, t, j]],
+                               "shift" if kinds[t, j] == 1 else "mul")
+                      for t in range(f.c) for j in range(f.m) if kinds[t, j]}
+        self.multipliers = sum(1 for v in self.lanes.values() if v[1] == "mul")
+        self.shifts = sum(1 for v in self.lanes.values() if v[1] == "shift")
+        self.levels = tree_levels(f.c)
+        if self.pipe.lean:  # product, tree levels, accumulate: registers as planned
+            flags = plan_stages([self.pipe.mul_levels or L] + [1] * self.levels + [1], L)
+            self.prod_reg, self.tree_flags = flags[0], flags[1:1 + self.levels]
+        else:  # products registered twice (DSP out, then near the tree)
+            self.prod_reg = True
+            self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
+        self.tree_regs = sum(self.tree_flags) + (self.pipe.lean and self.prod_reg)
+        self.rq_flags = plan_stages(rq, L)
+        self.latency = (f.steps + self.pipe.fold_stages + self.tree_regs
+                        + sum(self.rq_flags))
+        mul_lanes = [v[0] for v in self.lanes.values() if v[1] == "mul"]
+        self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
+        self.rom_width = self.cw * len(mul_lanes)
+        self.rom_depth = f.steps if mul_lanes else 0
+        self.rom_block = self.rom_depth >= self.pipe.rom_bram_depth
+        # products the device builds in logic, with a second product register to spare:
+        # split over 2-bit slices of the coefficient (dense_fold._fold_products: each
+        # x * slice is one adder, its AND in the carry chain's own LUTs; the slices are
+        # summed in the next stage)
+        soft = self.pipe.soft_width
+        self.split_k = (SPLIT_SLICE if mul_lanes and not self.pipe.lean and self.prod_reg
+                        and self.cw >= 2 * SPLIT_SLICE and max(self.cw, self.tx.width) <= soft
+                        else 0)
+
+    def describe(self) -> dict[str, object]:
+        f = self.fold
+        return {**super().describe(),
+                "fold": {"r_in": f.r_in, "c": f.c, "r_out": f.r_out, "m": f.m,
+                         "steps": f.steps, "rom": {"depth": self.rom_depth,
+                                                   "width": self.rom_width,
+                                                   "style": "block" if self.rom_block
+                                                   else "logic"}}}
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
         f = self.fold
         sr, k, g, s, run = self._fold_issue(m)
         # control travels with the data: first chunk of a group, last chunk, group
@@ -454,3 +481,4 @@ class Dense(FoldStages, Unit):
         sums, ctrl = self._tree(self._amaranth_ops(m), cols, self.tree_flags, ctrl)
         acc, cap = self._fold_accumulate(m, sums, ctrl)
         self._fold_outputs(m, acc, cap)
+        return m

@@ -9,12 +9,37 @@ from __future__ import annotations
 from amaranth.hdl import Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib.memory import Memory
 
+from ...graphs.types import FixedType
+from ..plan.fold import Fold
+from ..plan.schedule import Schedule
 from .arith import const_mul, fit, shape_of
 
 
 class FoldStages:
-    """Mixed into Dense: every method reads the plan Dense._plan_folded made (self.fold,
-    self.lanes, self.cw, self.rom_*, the register flags) and Unit's regs/out_regs."""
+    """Mixed into DenseFolded: every method reads the plan DenseFolded._plan made (declared
+    here) and the Dense/Unit helpers (regs, inputs, drive_y, _wrap, _requant …)."""
+
+    # the fold's plan (DenseFolded._plan)
+    fold: Fold
+    lanes: dict[tuple[int, int], tuple[list[int], str]]  # (lane, out) -> (coefficients, kind)
+    cw: int  # coefficient width in the ROM
+    rom_width: int
+    rom_depth: int
+    rom_block: bool
+    split_k: int  # coefficient slice width of split logic products (0: not split)
+    prod_reg: bool
+    rq_flags: list[bool]
+    # the layer (Dense.__init__) and the ports (Unit)
+    tx: FixedType
+    tout: FixedType
+    n_in: int
+    n_out: int
+    mod: int
+    p_shift: int
+    bias: list[int]
+    pipe: Schedule
+    en: Signal
+    start: Signal
 
     def _fold_issue(self, m: Module) -> tuple[list[Signal], Signal, Signal, Signal, Signal]:
         """The input rotation and the step counters (issue stage): the rotating register,

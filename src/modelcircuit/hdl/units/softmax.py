@@ -1,5 +1,6 @@
-"""A serial Softmax (one exp-table read port, one multiplier), the rule that picks it over
-the parallel one (hdl/units/elementwise.py `Softmax`), and the resource cost of both.
+"""Both Softmax units: the parallel one (`Softmax`, II 1) and a serial one (`SoftmaxSerial`:
+one exp-table read port, one multiplier), the rule that picks between them, and the
+resource cost of both.
 
 Numbers: reference.softmax, bit for bit, as the parallel unit:
     d = x - max(x); e = exp_table[table_index(d)]; s = sum(e);
@@ -51,7 +52,119 @@ from ...graphs.ops import SPATIAL, Op, SoftmaxAttrs
 from ...graphs.types import FixedType
 from .arith import fit, requantize, shape_of, table_index
 from .base import Unit
-from .elementwise import _read, _rom
+from .elementwise import table_read, table_rom
+
+# Softmax products in logic (`--strategy da`, deep schedule): slices of this many bits of
+# the reciprocal (an 18-bit one: 3 partial products of 18 x 6, two registered sum levels)
+SOFT_PRODUCT_SLICE = 6
+
+
+class Softmax(Unit):
+    """reference.softmax in four stages:
+    1. d = x - max(x), exp index            -> register
+    2. e = exp_table[index]                  (ROM output register)
+    3. s = sum(e), reciprocal index -> r = recip_table[...] (ROM output register), e delayed
+    4. requantize(e * r) to the output type  -> register
+    With `deep` (the "fmax" schedule) every level of the max and of the sum trees, x - max,
+    both ROM outputs and the products are registered too (the data they still need delayed
+    alongside): the jet tagger's softmax set its clock on an ECP5 (43 MHz on the sum into
+    the reciprocal ROM's address, 53 MHz on the max tree, 75 MHz on the ROM output into
+    the multiplier).
+    `split` (deep only; 0: off): the products are built in logic (no DSP block, `--strategy
+    da`), so each e * r becomes partial products e * r_j over `split`-bit slices r_j of r,
+    registered, then summed (shifted) in a pairwise tree with a register after every level:
+    an 18 x 18 product in logic is one long carry-save path, an 18 x 6 slice is short.
+    Exact: the sum of e * r_j << (j * split) is e * r.
+    """
+
+    def __init__(self, tin: FixedType, n: int, tout: FixedType, exp_table: np.ndarray,
+                 exp_t: FixedType, exp_lo: int, exp_shift: int, recip_table: np.ndarray,
+                 recip_t: FixedType, recip_lo: int, recip_shift: int, deep: bool = False,
+                 split: int = 0):
+        super().__init__([(tin, n)], (tout, n))
+        self.n = n
+        self.exp = (np.asarray(exp_table, dtype=np.int64), exp_t, int(exp_lo), int(exp_shift))
+        self.rec = (np.asarray(recip_table, dtype=np.int64), recip_t, int(recip_lo),
+                    int(recip_shift))
+        self.deep = bool(deep)
+        self.levels = (n - 1).bit_length()  # pairwise tree levels over n elements
+        split = int(split) if self.deep else 0
+        rw = recip_t.width
+        # unsigned reciprocals only (every slice is then unsigned): ufixed, as compiled
+        self.split = split if 0 < split < rw and not recip_t.signed else 0
+        self.slices = -(-rw // self.split) if self.split else 1
+        self.split_levels = (self.slices - 1).bit_length()  # the partial products' sum tree
+        # deep: max levels, x - max, index, e, e registered, sum levels, r, r registered,
+        # products (partial products, their sum levels), output
+        self.latency = 2 * self.levels + 8 + self.split_levels if self.deep else 4
+        self.multipliers = n
+
+    def _reduce(self, m: Module, vals: list[Value], keep: list[Value], op, name: str
+                ) -> tuple[Value, list[Value]]:
+        """Pairwise tree of `op`; with `deep` a register after every level, `keep`
+        delayed alongside. Returns (result, keep)."""
+        cur = list(vals)
+        for lvl in range(self.levels):
+            cur = [op(cur[i], cur[i + 1]) if i + 1 < len(cur) else cur[i]
+                   for i in range(0, len(cur), 2)]
+            if self.deep:
+                r = self.regs(m, cur + keep, f"{name}{lvl}_")
+                cur, keep = r[:len(cur)], r[len(cur):]
+        return cur[0], keep
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        etab, et, elo, esh = self.exp
+        rtab, rt, rlo, rsh = self.rec
+        x = self.inputs()
+        mx, x = self._reduce(m, x, x, lambda a, b: Mux(a >= b, a, b), "mx")
+        d = [q - mx for q in x]
+        if self.deep:
+            d = self.regs(m, d, "d")
+        idx = self.regs(m, [table_index(v, elo, esh, len(etab)) for v in d], "ei")
+        emem = table_rom(m, "exp_table", etab, et)
+        e = [table_read(m, emem, a, self.en) for a in idx]
+        if self.deep:  # block RAM clock-to-out is 5.6 ns on an ECP5: nothing after it
+            e = self.regs(m, e, "eo")
+        s, e = self._reduce(m, e, e, lambda a, b: a + b, "s")
+        rmem = table_rom(m, "recip_table", rtab, rt)
+        r = table_read(m, rmem, table_index(s, rlo, rsh, len(rtab)), self.en)
+        e3 = self.regs(m, e, "e")
+        if self.deep:
+            *e3, r = self.regs(m, [*e3, r], "ro")
+        if self.split:
+            prods = self._split_products(m, e3, r)
+        else:
+            prods = [v * r for v in e3]
+            if self.deep:
+                prods = self.regs(m, prods, "pr")
+        self.out_regs(m, [requantize(v, et.frac + rt.frac, self.out_spec[0]) for v in prods])
+        return m
+
+
+    def _split_products(self, m: Module, e: list[Value], r: Value) -> list[Value]:
+        """e_i * r as registered partial products over `split`-bit slices of r, summed
+        shifted in a pairwise tree registered after every level (split_levels)."""
+        k = self.split
+        parts = [[(v * r[j * k:(j + 1) * k], j * k) for j in range(self.slices)] for v in e]
+        flat = self.regs(m, [p for row in parts for p, _ in row], "pp")
+        rows = [[(flat[i * self.slices + j], sh) for j, (_, sh) in enumerate(row)]
+                for i, row in enumerate(parts)]
+        for lvl in range(self.split_levels):
+            nxt = []
+            for row in rows:
+                nxt.append([(row[j][0] + (row[j + 1][0] << (row[j + 1][1] - row[j][1])),
+                             row[j][1]) if j + 1 < len(row) else row[j]
+                            for j in range(0, len(row), 2)])
+            flat = self.regs(m, [p for row in nxt for p, _ in row], f"ps{lvl}_")
+            widths = [len(row) for row in nxt]
+            rows, at = [], 0
+            for i, row in enumerate(nxt):
+                rows.append([(flat[at + j], sh) for j, (_, sh) in enumerate(row)])
+                at += widths[i]
+        return [row[0][0] << row[0][1] for row in rows]
+
+
 
 SPLIT_WIDTH = 16  # an iCE40 DSP block multiplies 16 x 16
 
@@ -137,15 +250,15 @@ class SoftmaxSerial(Unit):
                 with m.If(c <= n):
                     m.d.sync += mx.eq(Mux(xs[0] > mx, xs[0], mx))
         # the exp port: x_k - max, read every enabled cycle (sum and product passes)
-        emem = _rom(m, "exp_table", etab, et)
-        e = _read(m, emem, table_index(xs[0] - mx, elo, esh, len(etab)), en)
+        emem = table_rom(m, "exp_table", etab, et)
+        e = table_read(m, emem, table_index(xs[0] - mx, elo, esh, len(etab)), en)
         if d:
             e = self.regs(m, [e], "eo")[0]
         s_w = max(1, (n * int(etab.max(initial=0))).bit_length())
         s = Signal(unsigned(s_w), name="s", reset_less=True)
         with m.If(en & run & (c >= n + 2 + d) & (c <= 2 * n + 1 + d)):
             m.d.sync += s.eq(fit(Mux(c == n + 2 + d, 0, s) + e, s_w, False))
-        rmem = _rom(m, "recip_table", rtab, rt)
+        rmem = table_rom(m, "recip_table", rtab, rt)
         rp = rmem.read_port(domain="sync")
         m.d.comb += [rp.addr.eq(table_index(s, rlo, rsh, len(rtab))),
                      rp.en.eq(en & run & (c == 2 * n + 2 + d))]

@@ -34,8 +34,8 @@ from ..plan.schedule import SCHEDULES, Schedule
 from ..units.arith import check_fixed, const_mul, fit, relu, requantize
 from ..units.base import Unit
 from ..units.dense import Dense
-from ..units.elementwise import SOFT_PRODUCT_SLICE, Elementwise, Lut, Softmax, Wiring, threshold_fn
-from ..units.softmax import SoftmaxSerial, use_serial
+from ..units.elementwise import Elementwise, Lut, Wiring, threshold_fn
+from ..units.softmax import SOFT_PRODUCT_SLICE, Softmax, SoftmaxSerial, use_serial
 
 
 @dataclass(frozen=True)

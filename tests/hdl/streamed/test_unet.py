@@ -226,7 +226,7 @@ def test_compile_writes_the_streamed_plan(unet_path, tmp_path, capsys, monkeypat
 # -- one full tiny_unet frame through Verilator --------------------------------------------
 MODELS = Path("/work/shared/models")
 if not MODELS.exists():
-    MODELS = Path(__file__).resolve().parents[3] / "shared" / "models"
+    MODELS = Path(__file__).resolve().parents[4] / "shared" / "models"
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 
 from modelcircuit.graphs.ir import Node
 from modelcircuit.graphs.ops import SoftmaxAttrs
+from modelcircuit.hdl.units.base import circuit
 from modelcircuit.hdl.units.softmax import (
     SoftmaxSerial,
     serial_ii,
@@ -23,9 +24,9 @@ from modelcircuit.hdl.units.softmax import (
 )
 from modelcircuit.sim import rtl
 
-from .helpers import T, check, compiled_from, extremes, golden
+from ..helpers import T, check, compiled_from, extremes, golden
 
-MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models"
+MODELS = Path(__file__).resolve().parents[3].parent / "shared" / "models"
 CONV2D = MODELS / "conv2d_small_keras.onnx"
 JET = MODELS / "qkeras_jettagging.onnx"
 
@@ -77,7 +78,7 @@ def _run_unit(u: SoftmaxSerial, x: np.ndarray, stall: float, seed: int) -> np.nd
                 k += 1
             await ctx.tick()
 
-    sim = Simulator(u)
+    sim = Simulator(circuit(u))
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()

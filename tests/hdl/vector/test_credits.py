@@ -25,7 +25,7 @@ from modelcircuit.frontend.builder import GraphBuilder
 from modelcircuit.hdl.vector.top import build_top
 from modelcircuit.sim.amaranth_sim import simulate
 
-from .helpers import check, golden
+from ..helpers import check, golden
 
 
 def _mlp(seed: int = 3, widths: tuple[int, ...] = (6, 5, 4)):

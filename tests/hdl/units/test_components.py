@@ -8,7 +8,7 @@ import pytest
 
 from modelcircuit.graphs.ir import Node
 
-from .helpers import T, check, compiled_from, extremes
+from ..helpers import T, check, compiled_from, extremes
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 

@@ -16,10 +16,10 @@ from modelcircuit.hdl.uart import UartWrapper, decode_vector
 from modelcircuit.sim import rtl
 from modelcircuit.sim.codes import Port, pack, unpack
 
+from ..test_uart import uart_bench
 from .test_stream import _codes, graph_1d
-from .test_uart import uart_bench
 
-DIGITS_CNN = Path(__file__).resolve().parents[2] / "src/modelcircuit/data/digits_cnn.onnx"
+DIGITS_CNN = Path(__file__).resolve().parents[3] / "src/modelcircuit/data/digits_cnn.onnx"
 
 DIGITS_REUSE = {"conv2": 72, "fc": 40}
 

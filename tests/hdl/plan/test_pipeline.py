@@ -14,8 +14,8 @@ from modelcircuit.hdl.plan.fold import fold_multipliers, fold_shape
 from modelcircuit.hdl.plan.schedule import SCHEDULES, plan_stages
 from modelcircuit.sim.amaranth_sim import simulate
 
-from .helpers import check
-from .test_components import dense_case
+from ..helpers import check
+from ..units.test_components import dense_case
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 

@@ -25,7 +25,7 @@ from modelcircuit.hdl.flow.tools import FlowError, Runner
 from modelcircuit.hdl.flow.yosys import dsp_budget_for, synthesize, write_design
 from modelcircuit.hdl.vector.top import build_top
 
-from .helpers import check, compiled_from, extremes
+from ..helpers import check, compiled_from, extremes
 
 
 def _softmax(tin: str, n: int, strategy: str):
