@@ -278,8 +278,22 @@ def threshold(g: Graph, node: Node, ins: list[Array]) -> Array:
     rows = thr.shape[0]
     flat = x.reshape(shp[0], -1, rows) if len(shp) > 2 and rows == shp[-1] and rows != \
         int(np.prod(shp[1:])) else x.reshape(shp[0], -1)
-    hits = (flat.astype(np.int64)[..., None] >= thr).astype(np.int64)
-    out = base + (hits * steps).sum(axis=-1)
+    # the same sum, without the (..., rows, K) comparison tensor (an 8-bit quantizer has K =
+    # 255): per row, the thresholds sorted with their steps, and x's count of thresholds <= x
+    # picks the prefix sum of those steps
+    order = np.argsort(thr, axis=-1, kind="stable")
+    ts = np.take_along_axis(thr, order, axis=-1)
+    cs = np.cumsum(np.take_along_axis(np.broadcast_to(steps, thr.shape), order, axis=-1),
+                   axis=-1)
+    cs = np.concatenate([np.zeros((rows, 1), dtype=np.int64), cs], axis=-1)
+    xi = flat.astype(np.int64)
+    if rows == 1:  # one row for every element (a per-tensor quantizer)
+        summed = cs[0, np.searchsorted(ts[0], xi, side="right")]
+    else:
+        summed = np.empty(xi.shape, dtype=np.int64)
+        for r in range(rows):
+            summed[..., r] = cs[r, np.searchsorted(ts[r], xi[..., r], side="right")]
+    out = base + summed
     return out.reshape(shp)
 
 
