@@ -5,8 +5,15 @@ hls4ml's bit-accurate C simulation of conv2d_small_keras (io_stream, same precis
 its own environment (HLS4ML_PYTHON=/path/to/venv/bin/python with hls4ml>=1.3 and qonnx;
 skipped with a reason otherwise). Prints a table and writes bench/results/cnn.json.
 
+Issue 29's models (tests/data/exporters/zoo: MLPerf Tiny ResNet-8 and DS-CNN, float and brevitas
+8-bit; a `_q8` model runs at its own QONNX types, its onnxruntime figure is its float twin's):
+onnxruntime single-thread frames/s beside the golden model's in the same run, and the circuit's
+compile-time II per pixel, frame latency and resource estimate for --reuse auto on ecp5-85k
+(hdl/flow plan_circuit + hdl plan_top: nothing is built), or the one-line refusal.
+
 Run: .venv/bin/python bench/cnn.py [--models conv2d_small_keras,conv1d_small_keras,digits_cnn]
      [--precision fixed<16,6>] [--frames 2000] [--fpga] [--json FILE]
+     .venv/bin/python bench/cnn.py --models zoo --frames 200
 """
 
 from __future__ import annotations
@@ -29,16 +36,55 @@ from modelcircuit.api import compile
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT.parent / "shared" / "models"
 DATA = ROOT / "src" / "modelcircuit" / "data"
+ZOO = ROOT / "tests" / "data" / "exporters" / "zoo"
+ZOO_MODELS = ["resnet8", "resnet8_dynamo", "resnet8_q8", "dscnn", "dscnn_q8"]
+PLAN_DEVICE = "ecp5-85k"
 
 
 def model_path(name: str) -> Path:
-    p = DATA / f"{name}.onnx"
-    return p if p.exists() else MODELS / f"{name}.onnx"
+    for p in (DATA / f"{name}.onnx", ZOO / f"{name}.onnx"):
+        if p.exists():
+            return p
+    return MODELS / f"{name}.onnx"
+
+
+def ort_single_thread(path: Path, x: np.ndarray) -> tuple[np.ndarray, float]:
+    """onnxruntime on one thread, a frame per call (as the golden model is timed): outputs
+    and the best of 3 wall times."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+
+    def run() -> np.ndarray:
+        return np.concatenate([sess.run(None, {name: x[i:i + 1]})[0].reshape(1, -1)
+                               for i in range(len(x))])
+    return timed(run)
+
+
+def circuit_plan(g, precision: str | None) -> dict:
+    """--reuse auto on PLAN_DEVICE at compile time: II, latency, estimate; or the refusal."""
+    from modelcircuit.hdl import plan_top
+    from modelcircuit.hdl.flow import plan_circuit
+
+    try:
+        c = compile(g, precision, profile=PLAN_DEVICE, reuse="auto")
+        t0 = time.perf_counter()
+        plan = plan_circuit(c, "auto")
+        info = plan_top(c, plan)
+        est = (plan.fit or {}).get("estimate", {})
+        return {"device": PLAN_DEVICE, "ii": info.get("ii"), "latency": info.get("latency"),
+                "frame_cycles": info.get("frame_cycles"), "plan_s": round(time.perf_counter() - t0, 2),
+                **{k: est[k] for k in ("lut", "ff", "dsp", "bram") if k in est}}
+    except Exception as e:  # noqa: BLE001 — a bench reports the refusal, it does not stop
+        return {"device": PLAN_DEVICE, "refused": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
 
 
 def inputs_for(name: str, path: Path, frames: int) -> np.ndarray:
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    shp = [d if isinstance(d, int) and d > 0 else 1 for d in sess.get_inputs()[0].shape][1:]
+    import onnx  # the shape from the file: onnxruntime cannot open a QONNX model
+
+    dims = onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim
+    shp = [d.dim_value if d.dim_value > 0 else 1 for d in dims][1:]
     if name.startswith("digits"):
         x = np.load(DATA / "digits_test.npz")["x"].astype(np.float32)
         reps = -(-frames // len(x))
@@ -97,18 +143,26 @@ def fpga(c, name: str, device: str) -> dict:
             "fmax_mhz": rep["fmax_mhz"], **rep["resources"], "tool_wall_s": rep["tool_wall_s"]}
 
 
-def run_one(name: str, precision: str, frames: int, with_fpga: bool) -> dict:
+def run_one(name: str, precision: str | None, frames: int, with_fpga: bool) -> dict:
     path = model_path(name)
+    if name.endswith("_q8"):
+        precision = None  # the QONNX model's own types
+    twin = model_path(name[:-3]) if name.endswith("_q8") else path
     x = inputs_for(name, path, frames)
     g = mc.load_onnx(path)
     c, compile_s = timed(compile, g, precision, repeat=1)
-    y_float = float_model(path, x)
+    y_float, ort_s = ort_single_thread(twin, x) if twin.exists() else (None, float("nan"))
     y_golden, golden_s = timed(mc.run, c, x)
-    row = {"model": name, "precision": precision, "frames": frames,
+    row = {"model": name, "precision": precision or "model", "frames": frames,
            "compile_s": round(compile_s, 3),
            "golden_frames_per_s": round(frames / golden_s, 1),
-           "golden_vs_float_argmax": agreement(y_golden, y_float),
-           "golden_vs_float_max_abs": float(np.max(np.abs(y_golden.reshape(frames, -1) - y_float)))}
+           "ort_1thread_frames_per_s": round(frames / ort_s, 1),
+           "ort_model": twin.name}
+    if twin == path:
+        row.update(golden_vs_float_argmax=agreement(y_golden, y_float),
+                   golden_vs_float_max_abs=float(np.max(np.abs(
+                       y_golden.reshape(frames, -1) - y_float))))
+    row["circuit"] = circuit_plan(g, precision)
     try:
         y_emu, emu_s = timed(mc.run, c, x, "gpu-emu", repeat=2)
         row.update(gpu_emu_frames_per_s=round(frames / emu_s, 1),
@@ -131,23 +185,30 @@ def run_one(name: str, precision: str, frames: int, with_fpga: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="conv2d_small_keras,conv1d_small_keras,digits_cnn")
+    ap.add_argument("--models", default="conv2d_small_keras,conv1d_small_keras,digits_cnn",
+                    help="comma-separated; 'zoo' for issue 29's models")
     ap.add_argument("--precision", default="fixed<16,6>")
     ap.add_argument("--frames", type=int, default=2000)
     ap.add_argument("--fpga", action="store_true", help="synthesise, place and route (slow)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "cnn.json"))
     a = ap.parse_args(argv)
     rows = []
-    for name in a.models.split(","):
+    names = ZOO_MODELS if a.models == "zoo" else a.models.split(",")
+    for name in names:
         if not model_path(name).exists():
             print(f"skip {name}: {model_path(name)} is absent", file=sys.stderr)
             continue
         rows.append(run_one(name, a.precision, a.frames, a.fpga))
         r = rows[-1]
+        agree = (f"  argmax vs float {r['golden_vs_float_argmax']:.4f}  max|d| "
+                 f"{r['golden_vs_float_max_abs']:.2e}" if "golden_vs_float_argmax" in r else "")
         print(f"{r['model']:<22} compile {r['compile_s']:>7.2f} s  golden "
-              f"{r['golden_frames_per_s']:>9.1f} fr/s  gpu-emu {r.get('gpu_emu_frames_per_s', '-'):>9} fr/s"
-              f"  argmax vs float {r['golden_vs_float_argmax']:.4f}  max|d| "
-              f"{r['golden_vs_float_max_abs']:.2e}")
+              f"{r['golden_frames_per_s']:>9.1f} fr/s  ort(1 thread, {r['ort_model']}) "
+              f"{r['ort_1thread_frames_per_s']:>9.1f} fr/s  gpu-emu "
+              f"{r.get('gpu_emu_frames_per_s', '-'):>9} fr/s{agree}")
+        cp = r["circuit"]
+        print(f"{'  circuit ' + cp['device']:<22} " + ", ".join(
+            f"{k}={v}" for k, v in cp.items() if k != "device"))
         if "hls4ml" in r:
             h = r["hls4ml"]
             if "skipped" in h:

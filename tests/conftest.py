@@ -62,6 +62,7 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
     Add/Sub/Mul/Div by a constant: one rounding of the result per side, E_y = |c| E_x + EPS |y|
            (1/|c| for Div). BatchNorm: (x - m) s / sqrt(v + eps) + b in any order of its four
            roundings: |k| E_x + 3 EPS ((|x| + |m|) |k| + |b|). ReLU and layout ops: E_x.
+    Add/Sub of two activations (a residual join): E_a + E_b + EPS |y|. Clip: E_x (exact).
     Conv: a Dense per window (fan-in K = window x Cin/group), the same formula with window
            sums. MaxPool, Resize, Concat and layout ops: E_x moved (a max of values differing
            by E is within max E). AvgPool: the mean of E_x plus sqrt(K + 1) EPS mean |x|.
@@ -125,8 +126,11 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
             e = mean[0] + np.sqrt(k + 1) * EPS * mean[1] + TINY
         elif node.op == "Concat":
             e = np.concatenate([err[i] for i in node.inputs], axis=node.get("axis") + 1)
-        elif node.op == "Relu":
+        elif node.op in ("Relu", "Clip"):
             e = err[z]  # 1-Lipschitz, exact
+        elif node.op in ("Add", "Sub") and not any(g.is_const(i) for i in node.inputs):
+            # a residual join of two activations: both differences add, one rounding
+            e = err[node.inputs[0]] + err[node.inputs[1]] + EPS * np.abs(y) + TINY
         elif node.op in ("Reshape", "Transpose", "Resize", "Gather"):
             e = np.asarray(reference.OPS[node.op](g, node, [err[z].astype(np.float32)]),
                            dtype=np.float64)

@@ -21,6 +21,7 @@ from ..graphs.ops import (
     LUT_FUNCS,
     BatchNormAttrs,
     BipolarAttrs,
+    ClipAttrs,
     DenseAttrs,
     GatherAttrs,
     LeakyReluAttrs,
@@ -29,7 +30,9 @@ from ..graphs.ops import (
     RequantAttrs,
     SoftmaxAttrs,
     TransposeAttrs,
+    TruncAttrs,
 )
+from ..graphs.reference import clip_codes
 from .cnn import lower_avgpool, lower_concat, lower_conv, lower_maxpool, lower_resize
 from .context import (
     LowerCtx,
@@ -233,6 +236,10 @@ def lower_lut(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
         if at.func not in FLOAT_FUNCS:
             raise GraphError(f"node {node.name} (Lut): no float kernel for {at.func!r}")
         e.c.update(gamma=cfloat(at.selu_gamma), sel_alpha=cfloat(at.selu_alpha))
+        if at.func in ("hardsigmoid", "hardswish"):  # reference._hard_sigmoid's defaults
+            e.c.update(h_alpha=cfloat((1.0 / 6.0 if at.func == "hardswish" else 0.2)
+                                      if at.alpha is None else at.alpha),
+                       h_beta=cfloat(0.5 if at.beta is None else at.beta))
     else:
         tab = ctx.cval(node.inputs[1])
         e.params.append(ctx.const("c", node.inputs[1], tab, False))
@@ -306,6 +313,40 @@ def lower_gather(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     return finish(ctx, node, e, "gather")
 
 
+def lower_clip(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
+    """min(max(x, lo), hi): float32 bounds, or the codes clamped to reference.clip_codes and
+    one requantization."""
+    e = eltwise(ctx, node, kname)
+    a = ClipAttrs.of(node)
+    if e.is_float:
+        e.c.update(lo="-INFINITY" if a.lo is None else cfloat(a.lo),
+                   hi="INFINITY" if a.hi is None else cfloat(a.hi))
+    else:
+        tin = ctx.t(node.inputs[0])
+        lo, hi = clip_codes(a, tin)
+        e.c.update(lo=cll(lo), hi=cll(hi), r=requant_args(node, tin.frac, ctx.t(node.outputs[0])))
+    return finish(ctx, node, e, "clip")
+
+
+_TRUNC_MODES = {"FLOOR": 0, "CEIL": 1, "DOWN": 2, "UP": 3, "ROUND": 4, "HALF_EVEN": 4,
+                "HALF_UP": 5, "HALF_DOWN": 6}
+
+
+def lower_trunc(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
+    """QONNX Trunc on codes (reference.trunc): a shift by d bits rounded by the mode, then the
+    output type's saturation."""
+    e = eltwise(ctx, node, kname)
+    tin, tout = ctx.t(node.inputs[0]), ctx.t(node.outputs[0])
+    if e.is_float or tin.is_float:
+        raise GraphError(f"node {node.name} (Trunc): needs fixed-point input and output types")
+    d = tin.frac - tout.frac
+    if not -62 <= d <= 62:
+        raise GraphError(f"node {node.name} (Trunc): shift by {d} bits is over 62")
+    e.c.update(d=d, mode=_TRUNC_MODES[TruncAttrs.of(node).mode.upper()],
+               qmin=cll(tout.qmin), qmax=cll(tout.qmax))
+    return finish(ctx, node, e, "trunc")
+
+
 LOWERING: dict[Op, LowerFn] = {
     Op.DENSE: lower_dense, Op.ADD: lower_add, Op.SUB: lower_sub, Op.MUL: lower_mul,
     Op.RELU: lower_relu, Op.LEAKY_RELU: lower_leaky_relu, Op.LUT: lower_lut,
@@ -313,7 +354,7 @@ LOWERING: dict[Op, LowerFn] = {
     Op.BIPOLAR: lower_bipolar, Op.BATCHNORM: lower_batchnorm, Op.RESHAPE: lower_reshape,
     Op.TRANSPOSE: lower_transpose, Op.CONCAT: lower_concat, Op.GATHER: lower_gather,
     Op.CONV: lower_conv, Op.MAX_POOL: lower_maxpool, Op.AVG_POOL: lower_avgpool,
-    Op.RESIZE: lower_resize,
+    Op.RESIZE: lower_resize, Op.CLIP: lower_clip, Op.TRUNC: lower_trunc,
 }
 
 REFUSED: dict[Op, str] = {

@@ -49,6 +49,8 @@ class Op(StrEnum):
     MAX_POOL = "MaxPool"
     AVG_POOL = "AvgPool"       # also GlobalAveragePool (the window is the whole frame)
     RESIZE = "Resize"          # nearest, integer upsampling factors
+    CLIP = "Clip"              # saturation to constant bounds (ReLU6): a clamp of the codes
+    TRUNC = "Trunc"            # QONNX Trunc on codes: drop/add bits, a QONNX rounding mode
 
 
 # Categories: what passes and backends ask, in one place.
@@ -71,7 +73,8 @@ EXACT_PRODUCERS = frozenset({Op.DENSE, Op.CONV, Op.RELU, Op.ADD, Op.SUB, Op.LEAK
 ALL = frozenset(Op)
 
 # the float functions a Lut may name (reference.FLOAT_FUNCS defines each; a test says so)
-LUT_FUNCS = frozenset({"sigmoid", "tanh", "selu", "exp", "reciprocal"})
+LUT_FUNCS = frozenset({"sigmoid", "tanh", "selu", "exp", "reciprocal", "hardsigmoid",
+                       "hardswish"})
 SELU_ALPHA, SELU_GAMMA = 1.6732632423543772, 1.0507009873554805  # when a Lut names none
 
 
@@ -163,6 +166,7 @@ class LutAttrs(Attrs):
     lo: int | None = _a("int", None)           # table indexing (build_tables), see
     shift: int | None = _a("int", None)        # reference.table_index
     size: int | None = _a("int", None)
+    beta: float | None = _a("float", None)     # hardsigmoid/hardswish: alpha * x + beta
 
     @property
     def selu_alpha(self) -> float:
@@ -279,6 +283,31 @@ class ResizeAttrs(Attrs):
     scales: tuple[int, ...] = _a("ints")      # nearest, one integer factor per spatial axis
 
 
+@dataclass(frozen=True)
+class ClipAttrs(Attrs):
+    """min(max(x, lo), hi) with constant bounds (None: unbounded on that side). Fixed point:
+    the input codes clamped to [ceil(lo * 2**F), floor(hi * 2**F)] (F the input's fractional
+    bits: the bounds rounded inward onto the input's grid), then one requantization."""
+    OP = Op.CLIP
+    lo: float | None = _a("float", None)
+    hi: float | None = _a("float", None)
+
+
+# QONNX's rounding modes (qonnx.custom_op.general.intquant.resolve_rounding_mode)
+TRUNC_MODES = frozenset({"ROUND", "HALF_EVEN", "CEIL", "FLOOR", "UP", "DOWN", "HALF_UP",
+                         "HALF_DOWN"})
+
+
+@dataclass(frozen=True)
+class TruncAttrs(Attrs):
+    """QONNX Trunc on integer codes (reference.trunc): the input's value rounded onto the
+    output type's grid by `mode` (one of TRUNC_MODES, as QONNX defines it: HALF_UP / UP round
+    away from zero, HALF_DOWN / DOWN toward it), then saturated to the output type's range.
+    The output type's own rounding mode is not used."""
+    OP = Op.TRUNC
+    mode: str = _a("str", "FLOOR")
+
+
 def window_shape(in_spatial: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
                  pads: tuple[int, ...]) -> tuple[int, ...]:
     """Output spatial shape of a window op (floor mode)."""
@@ -327,6 +356,8 @@ SPECS: dict[Op, OpSpec] = {
     Op.MAX_POOL: OpSpec(MaxPoolAttrs, "x", _n(1)),
     Op.AVG_POOL: OpSpec(AvgPoolAttrs, "x[, recip]", _n(1, 2)),
     Op.RESIZE: OpSpec(ResizeAttrs, "x", _n(1)),
+    Op.CLIP: OpSpec(ClipAttrs, "x", _n(1)),
+    Op.TRUNC: OpSpec(TruncAttrs, "x", _n(1)),
 }
 
 

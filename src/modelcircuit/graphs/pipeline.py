@@ -26,7 +26,7 @@ from .passes.accumulators import accumulator_types
 from .passes.canonicalize import fold_batchnorm, fold_requant, fuse_bias
 from .passes.constants import quantize_constants
 from .passes.fuse import fuse_dense_relu
-from .passes.host import host_parts
+from .passes.host import host_parts, layout_ends
 from .passes.precision import assign_types, check_per_layer
 from .passes.scales import factor_scales
 from .passes.schedule import schedule
@@ -52,6 +52,7 @@ def passes(precision: NumType | None, per_layer: Mapping[str, Any] | None,
         ("float_chains_to_thresholds", float_chains_to_thresholds),
         ("fuse_dense_relu", fuse_dense_relu),
         ("build_tables", partial(build_tables, table_bits=table_bits)),
+        *([("layout_ends", layout_ends)] if fixed else []),
         ("schedule", schedule),
     ]
 

@@ -23,6 +23,7 @@ from .ops import (
     AvgPoolAttrs,
     BatchNormAttrs,
     BipolarAttrs,
+    ClipAttrs,
     ConcatAttrs,
     ConvAttrs,
     DenseAttrs,
@@ -36,6 +37,7 @@ from .ops import (
     ResizeAttrs,
     SoftmaxAttrs,
     TransposeAttrs,
+    TruncAttrs,
     attrs,
 )
 from .threads import golden_threads
@@ -330,6 +332,16 @@ def leaky_relu(g: Graph, node: Node, ins: list[Array]) -> Array:
     return _finish(g, node, y, tx.frac + ta.frac)
 
 
+def _hard_sigmoid(x: Array, n: Node) -> Array:
+    """ONNX HardSigmoid max(0, min(1, alpha * x + beta)), in the dtype of x (float32 for the
+    float model, float64 where the tables are built); HardSwish is x times it (alpha 1/6)."""
+    a = LutAttrs.of(n)
+    alpha = (1.0 / 6.0 if a.func == "hardswish" else 0.2) if a.alpha is None else a.alpha
+    beta = 0.5 if a.beta is None else a.beta
+    dt = x.dtype if x.dtype.kind == "f" else np.float64
+    return np.clip(x * dt.type(alpha) + dt.type(beta), 0, 1).astype(dt)
+
+
 def _selu(x: Array, n: Node) -> Array:
     a = LutAttrs.of(n)
     return a.selu_gamma * np.where(x > 0, x, a.selu_alpha * (np.exp(np.minimum(x, 0)) - 1.0))
@@ -342,6 +354,8 @@ FLOAT_FUNCS: dict[str, Callable[[Array, Node], Array]] = {
     "exp": lambda x, n: np.exp(x),
     "selu": _selu,
     "reciprocal": lambda x, n: 1.0 / x,
+    "hardsigmoid": lambda x, n: _hard_sigmoid(x, n),
+    "hardswish": lambda x, n: x * _hard_sigmoid(x, n),
 }
 
 
@@ -393,8 +407,22 @@ def threshold(g: Graph, node: Node, ins: list[Array]) -> Array:
     rows = thr.shape[0]
     flat = x.reshape(shp[0], -1, rows) if len(shp) > 2 and rows == shp[-1] and rows != \
         int(np.prod(shp[1:])) else x.reshape(shp[0], -1)
-    hits = (flat.astype(np.int64)[..., None] >= thr).astype(np.int64)
-    out = base + (hits * steps).sum(axis=-1)
+    # the same sum, without the (..., rows, K) comparison tensor (an 8-bit quantizer has K =
+    # 255): per row, the thresholds sorted with their steps, and x's count of thresholds <= x
+    # picks the prefix sum of those steps
+    order = np.argsort(thr, axis=-1, kind="stable")
+    ts = np.take_along_axis(thr, order, axis=-1)
+    cs = np.cumsum(np.take_along_axis(np.broadcast_to(steps, thr.shape), order, axis=-1),
+                   axis=-1)
+    cs = np.concatenate([np.zeros((rows, 1), dtype=np.int64), cs], axis=-1)
+    xi = flat.astype(np.int64)
+    if rows == 1:  # one row for every element (a per-tensor quantizer)
+        summed = cs[0, np.searchsorted(ts[0], xi, side="right")]
+    else:
+        summed = np.empty(xi.shape, dtype=np.int64)
+        for r in range(rows):
+            summed[..., r] = cs[r, np.searchsorted(ts[r], xi[..., r], side="right")]
+    out = base + summed
     return out.reshape(shp)
 
 
@@ -640,6 +668,81 @@ def resize(g: Graph, node: Node, ins: list[Array]) -> Array:
     return _to_out(g, node, node.inputs[0], y)
 
 
+def clip(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """min(max(x, lo), hi). Float32 as ONNX; fixed point: the codes clamped to the bounds
+    rounded inward onto the input's grid (ClipAttrs), then one requantization."""
+    a = ClipAttrs.of(node)
+    if not _is_fixed(g, node):
+        lo = -np.inf if a.lo is None else np.float32(a.lo)
+        hi = np.inf if a.hi is None else np.float32(a.hi)
+        return _f32(np.minimum(np.maximum(_f32(ins[0]), lo), hi))
+    lo_q, hi_q = clip_codes(a, _t(g, node.inputs[0]))
+    return _finish(g, node, fx.clamp(ins[0].astype(np.int64), lo_q, hi_q),
+                   _t(g, node.inputs[0]).frac)
+
+
+def clip_codes(a: ClipAttrs, t: NumType) -> tuple[int, int]:
+    """The bounds of a fixed-point Clip as input codes: ceil(lo * 2**F), floor(hi * 2**F),
+    within the type's range (exact: Fraction arithmetic on the float bounds)."""
+    from fractions import Fraction
+
+    assert isinstance(t, FixedType)
+    lo, hi = t.qmin, t.qmax
+    if a.lo is not None:
+        v = Fraction(a.lo) * Fraction(2) ** t.frac
+        lo = max(lo, -((-v.numerator) // v.denominator))
+    if a.hi is not None:
+        v = Fraction(a.hi) * Fraction(2) ** t.frac
+        hi = min(hi, v.numerator // v.denominator)
+    return lo, hi  # lo > hi: every code becomes hi, as ONNX's min(max(x, lo), hi)
+
+
+def trunc_round(q: Array, d: int, mode: str) -> Array:
+    """q / 2**d rounded by a QONNX rounding mode, exactly in integers (d > 0; d <= 0 is the
+    exact product q * 2**-d). FLOOR, CEIL; DOWN toward zero (np.fix), UP away from zero;
+    ROUND/HALF_EVEN half to even (np.round), HALF_UP half away from zero, HALF_DOWN half
+    toward zero (qonnx.custom_op.general.intquant.resolve_rounding_mode)."""
+    q = q.astype(np.int64)
+    if d <= 0:
+        return np.left_shift(q, -d)
+    fl = np.right_shift(q, d)
+    rem = q - np.left_shift(fl, d)
+    exact = rem == 0
+    half = np.int64(1) << (d - 1)
+    neg = q < 0
+    m = mode.upper()
+    if m == "FLOOR":
+        return fl
+    if m == "CEIL":
+        return fl + ~exact
+    if m == "DOWN":
+        return np.where(neg, fl + ~exact, fl)
+    if m == "UP":
+        return np.where(neg, fl, fl + ~exact)
+    up = rem > half
+    tie = rem == half
+    if m in ("ROUND", "HALF_EVEN"):
+        return fl + (up | (tie & (fl & 1).astype(bool)))
+    if m == "HALF_UP":
+        return fl + (up | (tie & ~neg))
+    if m == "HALF_DOWN":
+        return fl + (up | (tie & neg))
+    raise GraphError(f"Trunc rounding mode {mode!r} is not one of QONNX's")
+
+
+def trunc(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """QONNX Trunc on codes: the input's value on the output type's grid, rounded by the
+    node's mode, then saturated to the output type's range (qonnx trunc_v2: round, divide by
+    the power-of-two truncation scale, clamp, round by the mode; clamping before or after a
+    monotone rounding of integer bounds is the same)."""
+    tin, tout = _t(g, node.inputs[0]), _out(g, node)
+    if tout.is_float or tin.is_float:
+        raise GraphError(f"node {node.name} (Trunc): needs fixed-point input and output types")
+    assert isinstance(tout, FixedType)
+    q = trunc_round(ins[0], tin.frac - tout.frac, TruncAttrs.of(node).mode)
+    return fx.clamp(q, tout.qmin, tout.qmax)
+
+
 # What every op of the vocabulary computes (tests/graphs/test_ops.py: all of ops.Op, no other).
 OPS: dict[Op, OpFn] = {
     Op.DENSE: dense, Op.ADD: add, Op.SUB: sub, Op.MUL: mul, Op.DIV: div, Op.RELU: relu,
@@ -647,6 +750,7 @@ OPS: dict[Op, OpFn] = {
     Op.REQUANT: requant, Op.BIPOLAR: bipolar, Op.BATCHNORM: batchnorm, Op.RESHAPE: reshape,
     Op.TRANSPOSE: transpose, Op.CONCAT: concat, Op.GATHER: gather, Op.CONV: conv,
     Op.MAX_POOL: max_pool, Op.AVG_POOL: avg_pool, Op.RESIZE: resize,
+    Op.CLIP: clip, Op.TRUNC: trunc,
 }
 
 

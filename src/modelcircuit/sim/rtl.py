@@ -193,7 +193,8 @@ def export_model(compiled: CompiledGraph, reuse: Any, folder: Path) -> tuple[Pat
     if not (stamp.exists() and stamp.read_text() == key and v.exists() and js.exists()):
         if hdl_dir.exists():
             shutil.rmtree(hdl_dir)
-        export_verilog(compiled, hdl_dir, reuse=plan_circuit(compiled, reuse), top_name=TOP)
+        export_verilog(compiled, hdl_dir, reuse=plan_circuit(compiled, reuse, simulation=True),
+                       top_name=TOP)
         stamp.write_text(key)
     return v, json.loads(js.read_text())
 

@@ -30,3 +30,58 @@ def test_fit_error_names_the_budget():
     with pytest.raises(FitError, match=r"does not fit ice40-up5k even at the largest reuse.*5280"):
         fit_reuse(d, fpga_profile("ice40-up5k"))
 
+
+
+def _autoencoder(tmp_path):
+    """MLPerf Tiny's anomaly-detection autoencoder shape (640-128x4-8-128x4-640), random
+    weights, at fixed<16,6>: it does not fit the default device at any reuse (issue 29)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    dims = [640, 128, 128, 128, 128, 8, 128, 128, 128, 128, 640]
+    rng = np.random.default_rng(0)
+    nodes, inits, cur = [], [], "x"
+    for k, (i, o) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+        inits.append(numpy_helper.from_array(
+            rng.normal(0, 1 / np.sqrt(i), (i, o)).astype(np.float32), f"w{k}"))
+        nodes.append(helper.make_node("MatMul", [cur, f"w{k}"], [f"m{k}"]))
+        cur = f"m{k}"
+        if k < len(dims) - 2:
+            nodes.append(helper.make_node("Relu", [cur], [f"r{k}"]))
+            cur = f"r{k}"
+    nodes[-1].output[0] = "y"
+    g = helper.make_graph(nodes, "autoencoder",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 640])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 640])],
+                          initializer=inits)
+    p = tmp_path / "ae.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    return p
+
+
+def test_reuse_auto_for_a_simulation_sizes_without_a_device(tmp_path):
+    """verify --reuse auto without an FPGA --profile (sim/rtl.py: plan_circuit(...,
+    simulation=True)) plans within SIMULATION_SCALE x the default device's logic, DSPs and
+    BRAM free: the autoencoder at fixed<16,6> becomes simulable; with --profile the device
+    still decides (and refuses)."""
+    from modelcircuit.hdl.flow.fit import (
+        DEFAULT_FIT_DEVICE,
+        SIMULATION_FIT,
+        SIMULATION_SCALE,
+        plan_circuit,
+    )
+
+    p = _autoencoder(tmp_path)
+    c = compile(load_onnx(p), precision="fixed<16,6>", reuse="auto")
+    with pytest.raises(FitError, match=f"does not fit {DEFAULT_FIT_DEVICE}"):
+        plan_circuit(c, "auto")
+    plan = plan_circuit(c, "auto", simulation=True)
+    prof = fpga_profile(DEFAULT_FIT_DEVICE)
+    assert plan.fit["device"] == SIMULATION_FIT
+    assert plan.fit["estimate"]["lut"] <= SIMULATION_SCALE * prof["lut"]
+    assert plan.fit["estimate"]["ff"] <= SIMULATION_SCALE * prof["ff"]
+    assert plan.fit["ii"] > 1  # folded: the model's 268,000 products would be too many
+    c2 = compile(load_onnx(p), precision="fixed<16,6>", reuse="auto", profile=DEFAULT_FIT_DEVICE)
+    with pytest.raises(FitError):
+        plan_circuit(c2, "auto", simulation=True)

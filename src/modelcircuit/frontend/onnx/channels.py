@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 
 CHANNELS_LAST_OPS = ("Conv", "MaxPool")
 SPATIAL_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-               "Resize")
-_FOLLOW = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Selu", "Identity", "Dropout", "Cast")
+               "Resize", "ReduceMean")
+_FOLLOW = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Selu", "Identity", "Dropout", "Cast",
+           "Clip", "HardSigmoid", "HardSwish")
 
 
 def to_cl(r: int) -> list[int]:
@@ -126,7 +127,7 @@ def layout_consumer(im: ImportState, node: onnx.NodeProto, handle, binary) -> No
     acts = [i for i in ins if not im.is_const(i)]
     cf = [i for i in acts if i in im.cf]
     fp = [i for i in acts if i in im.flat_perm]
-    quant = op in ("Quant", "BipolarQuant")
+    quant = op in ("Quant", "BipolarQuant", "Trunc")
     std = node.domain in ("", "ai.onnx")
     if cf and len(cf) == len(acts) and not fp:
         if std and op in SPATIAL_OPS and node.input[0] in im.cf:

@@ -30,7 +30,8 @@ MIN_OPSET = 1  # opsets < 7: legacy broadcast/axis of Add/Sub/Mul/Div (onnx_ops.
 _A = onnx.AttributeProto
 # QONNX ops have no onnx schema: (min inputs, max inputs, {attribute: type})
 QONNX_SCHEMAS = {"Quant": (4, 4, {"signed": _A.INT, "narrow": _A.INT, "rounding_mode": _A.STRING}),
-                 "BipolarQuant": (2, 2, {})}
+                 "BipolarQuant": (2, 2, {}),
+                 "Trunc": (5, 6, {"signed": _A.INT, "narrow": _A.INT, "rounding_mode": _A.STRING})}
 
 # -- the model ------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from .checks import check_float_attrs
 from .io import Unsupported, show
 from .layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
 from .quant import qdq
-from .spatial import conv, pool, resize
+from .spatial import conv, pool, reduce_mean, resize
 
 if TYPE_CHECKING:
     from .state import ImportState
@@ -317,7 +317,8 @@ def _cast(im: ImportState, node: onnx.NodeProto) -> None:
 
 
 # ops that compute each element from that element alone: the same in any layout
-_ELEMENTWISE = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Selu", "Identity", "Dropout", "Cast")
+_ELEMENTWISE = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Selu", "Identity", "Dropout", "Cast",
+                "Clip", "HardSigmoid", "HardSwish")
 _PER_FEATURE = "BatchNormalization, Add/Sub/Mul/Div by a constant, element-wise activations"
 
 
@@ -386,6 +387,48 @@ def swapped_consumer(im: ImportState, node: onnx.NodeProto) -> None:
         im.swapped[o] = im.swapped[x]
 
 
+def _clip(im: ImportState, node: onnx.NodeProto) -> None:
+    """Clip with constant bounds (opset >= 11: optional inputs; before: attributes min/max):
+    an IR Clip (a saturation of the codes in fixed point). PyTorch writes ReLU6 so."""
+    a = attrs(node)
+    ins = list(node.input) + ["", ""]
+    bounds: list[float | None] = []
+    for k, (nm, key) in enumerate(((ins[1], "min"), (ins[2], "max"))):
+        if im.opset < 11:
+            v = a.get(key)
+            bounds.append(None if v is None else float(v))
+            continue
+        if not nm:
+            bounds.append(None)
+            continue
+        if not im.is_const(nm):
+            raise im.err(node, f"Clip bound {nm!r} ({key}) must be a constant")
+        c = np.asarray(im.const(nm), dtype=np.float64)
+        if c.size != 1 or np.isnan(c.reshape(-1)[0]):
+            raise im.err(node, f"Clip bound {nm!r} ({key}) must be one number (not NaN), got "
+                         f"shape {list(c.shape)}")
+        v = float(c.reshape(-1)[0])
+        bounds.append(None if np.isinf(v) and (v < 0) == (k == 0) else v)
+    lo, hi = bounds
+    x = node.input[0]
+    extra = {k: v for k, v in (("lo", lo), ("hi", hi)) if v is not None}
+    im.emit(node, "Clip", [x], node.output[0], act_shape(im, x), **extra)
+
+
+def _hard(func: str) -> Callable[[ImportState, onnx.NodeProto], None]:
+    """HardSigmoid (alpha, beta: defaults 0.2, 0.5) and HardSwish (x * HardSigmoid with alpha
+    1/6, beta 0.5): compile-time tables in fixed point (DESIGN.md, "Numbers"), float32 kernels
+    otherwise."""
+    def h(im: ImportState, node: onnx.NodeProto) -> None:
+        a = attrs(node)
+        extra = {}
+        if func == "hardsigmoid":
+            extra = {"alpha": float(a.get("alpha", 0.2)), "beta": float(a.get("beta", 0.5))}
+        x = node.input[0]
+        im.emit(node, "Lut", [x], node.output[0], act_shape(im, x), func=func, **extra)
+    return h
+
+
 HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "MatMul": _matmul,
     "Gemm": _gemm,
@@ -404,5 +447,6 @@ HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "QuantizeLinear": qdq, "DequantizeLinear": qdq,
     "Cast": _cast,
     "Conv": conv, "MaxPool": pool, "AveragePool": pool, "GlobalAveragePool": pool,
-    "GlobalMaxPool": pool, "Resize": resize,
+    "GlobalMaxPool": pool, "Resize": resize, "ReduceMean": reduce_mean,
+    "Clip": _clip, "HardSigmoid": _hard("hardsigmoid"), "HardSwish": _hard("hardswish"),
 }

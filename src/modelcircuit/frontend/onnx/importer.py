@@ -66,15 +66,15 @@ from .io import (
     tensor_value,
 )
 from .layout import attrs
-from .quant import bipolar, quant
-from .spatial import conv, pool
+from .quant import bipolar, quant, trunc
+from .spatial import conv, pad_folds, padded_reader, pool
 from .state import SUPPORTED_OPS, ImportState
 
 __all__ = ["SUPPORTED_OPS", "Unsupported", "import_model", "load_onnx"]
 
 _QUANT_DOMAINS = ("qonnx", "finn", "brevitas")
 # QONNX quantizers: taken in any domain, on constants as on activations (never folded)
-_QUANTIZERS = {"Quant": quant, "BipolarQuant": bipolar}
+_QUANTIZERS = {"Quant": quant, "BipolarQuant": bipolar, "Trunc": trunc}
 
 
 def load_onnx(path: str | os.PathLike[str]) -> Graph:
@@ -173,6 +173,12 @@ class _Importer(ImportState):
     def visit(self, node: onnx.NodeProto) -> None:
         self.node = node
         op = node.op_type
+        if op == "Pad" and node.domain in ("", "ai.onnx") and not self.is_const(node.input[0]):
+            check_node(self, node, False)
+            pad_folds(self, node)  # folded into its reader's pads, or refused
+            self.defined[node.output[0]] = f"the output of {self.label(node)}"
+            return
+        node = padded_reader(self, node)
         quant = op in _QUANTIZERS
         cl_op = node.domain == CHANNELS_LAST and op in CHANNELS_LAST_OPS
         if not quant and not cl_op and (node.domain not in ("", "ai.onnx")

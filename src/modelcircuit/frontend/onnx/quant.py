@@ -348,3 +348,132 @@ def _qdq_zero_point(im: ImportState, node: onnx.NodeProto, zp: str | None, sc: n
         raise im.err(node, f"zero point {zp!r} of shape {list(zpv.shape)} does not match "
                      f"the scale's shape {list(sc.shape)}")
     return zpv
+
+
+# -- QONNX Trunc ----------------------------------------------------------------------------
+
+
+def _codes_of(im: ImportState, name: str) -> tuple[str, FixedType, float] | None:
+    """(IR codes tensor, its type, multiplier m) of an activation whose float value is m times
+    the codes' fixed-point value: a power-of-two quantizer's output (m = 1), or a scaled
+    integer s * codes as `_scaled` writes it with zero point 0 (m = s)."""
+    src = im.src(name)
+    t = im.types.get(src)
+    if isinstance(t, FixedType):
+        return src, t, 1.0
+    p = next((n for n in reversed(im.nodes) if src in n.outputs), None)
+    if p is not None and p.op in ("Transpose", "Reshape") and im.node is not None:
+        inner = _codes_of(im, p.inputs[0])  # a layout move (to channels-last) of the codes
+        if inner is None:
+            return None
+        moved = im.fresh(f"{inner[0]}_moved")
+        im.emit(im.node, p.op, [inner[0]], moved, im.shapes[src], **dict(p.attrs))
+        im.types[moved] = inner[1]
+        return moved, inner[1], inner[2]
+    if p is None or p.op != "Mul" or len(p.inputs) != 2 or p.inputs[1] not in im.consts:
+        return None
+    s = np.unique(np.asarray(im.consts[p.inputs[1]], dtype=np.float64))
+    t = im.types.get(p.inputs[0])
+    if s.size != 1 or not isinstance(t, FixedType):
+        return None
+    return p.inputs[0], t, float(s[0])
+
+
+def _scalar(im: ImportState, node: onnx.NodeProto, name: str, what: str) -> float:
+    v = qparam(im, node, name, what)
+    u = np.unique(v)
+    if u.size != 1:
+        raise im.err(node, f"{what} {q(name)} must be one value (per tensor), got "
+                     f"{v.size} different values")
+    return float(u[0])
+
+
+def trunc(im: ImportState, node: onnx.NodeProto) -> None:
+    """QONNX Trunc (qonnx.custom_op.general.trunc, v2 with 6 inputs, v1 with 5) on the integer
+    codes its input carries: an IR Trunc (reference.trunc: every QONNX rounding mode, exact)
+    whose output type is the output grid, then the output scale. brevitas' TruncAvgPool writes
+    AveragePool -> Trunc with the Trunc's scale = the pool input's scale / window size: the
+    pair is the exact window sum (a depthwise Conv of ones on the codes) truncated."""
+    a = attrs(node)
+    ins = list(node.input)
+    # qonnx picks Trunc_v1 or Trunc_v2 by the model's opset of the node's domain
+    ver = max([o.version for o in im.model.opset_import if o.domain == node.domain] or [1])
+    v2 = ver >= 2
+    if len(ins) != (6 if v2 else 5):
+        raise im.err(node, f"Trunc v{2 if v2 else 1} (opset {ver} of {show(node.domain)}) "
+                     f"takes {6 if v2 else 5} inputs, got {len(ins)}")
+    raw = a.get("rounding_mode", b"FLOOR")
+    mode = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)).upper()
+    if mode not in _QONNX_ROUNDING or mode == "ROUND_TO_ZERO":
+        raise im.unsupported(node, "rounding_mode", f"rounding_mode {show(mode)} is not one of "
+                             "QONNX's: ROUND, HALF_EVEN, CEIL, FLOOR, UP, DOWN, HALF_UP, "
+                             "HALF_DOWN")
+    x = ins[0]
+    if im.is_const(x):
+        raise im.err(node, "Trunc of a constant is not supported (it truncates activations)")
+    scale = _scalar(im, node, ins[1], "scale")
+    zp = _scalar(im, node, ins[2], "zero point")
+    in_bits = _scalar(im, node, ins[3], "input bit width")
+    out_bits = _scalar(im, node, ins[5 if v2 else 4], "output bit width")
+    for b, what in ((in_bits, "input"), (out_bits, "output")):
+        if b != int(b) or not 1 <= b <= 62:
+            raise im.err(node, f"{what} bit width {b:g} must be an integer from 1 to 62")
+    if not math.isfinite(scale) or scale <= 0:
+        raise im.err(node, f"scale {q(ins[1])} must be positive and finite, got {scale}")
+    if zp != 0:
+        raise im.err(node, f"Trunc with zero point {zp:g} is not supported (zero point 0)")
+    if v2:
+        out_scale = _scalar(im, node, ins[4], "output scale")
+        if not math.isfinite(out_scale) or out_scale <= 0:
+            raise im.err(node, f"output scale {q(ins[4])} must be positive and finite")
+        k = int(np.round(np.log2(out_scale / scale)))
+        signed, narrow = im.flag(node, a, "signed", 1), im.flag(node, a, "narrow", 0)
+    else:  # v1: no clamp; the output stays on the input's scale, divided by 2**k
+        k = int(in_bits - out_bits)
+        out_scale, signed, narrow = scale * 2.0 ** k, True, False
+        out_bits = in_bits - k + 1
+    # the codes the Trunc reads: the input itself, or (after brevitas' AveragePool) their
+    # window sum
+    src = im.src(x)
+    pool = next((n for n in reversed(im.nodes) if src in n.outputs), None)
+    users = [n for n in im.g.node if any(i == x for i in n.input)]
+    count = 1
+    if pool is not None and pool.op == "AvgPool" and len(users) == 1 and x not in \
+            [o.name for o in im.g.output]:
+        pa = dict(pool.attrs)
+        count = int(np.prod(pa["kernel"]))
+        inner = pool.inputs[0]
+    else:
+        pool, inner = None, x
+    got = _codes_of(im, inner)
+    if got is None:
+        raise im.err(node, f"the input of Trunc ({q(x)}) is not the output of a quantizer "
+                     "(integer codes with one scale), which it must truncate")
+    codes, t, m = got
+    ratio = m * 2.0 ** -t.frac / (count * scale)
+    if abs(ratio - 1.0) > 1e-5:
+        raise im.err(node, f"Trunc scale {scale:g} does not match its input's ({m:g} x "
+                     f"2^{-t.frac}{f' / {count}' if count > 1 else ''}): only a Trunc of the "
+                     "codes as they are (a ratio of 1) is supported")
+    shp = act_shape(im, x)
+    cur = codes
+    if pool is not None:
+        im.nodes.remove(pool)
+        pa = dict(pool.attrs)
+        ch = shp[-1]
+        w = np.ones(tuple(pa["kernel"]) + (1, ch))
+        wn = im.add_const(im.fresh(f"{node.name or 'trunc'}_ones"), w,
+                          FixedType(2, 2, True))
+        cur = im.fresh(f"{node.output[0]}__sum")
+        im.emit(node, "Conv", [codes, wn], cur, shp, kernel=list(pa["kernel"]),
+                strides=list(pa["strides"]), pads=list(pa["pads"]), group=ch)
+    frac_out = t.frac - k
+    tout = FixedType(int(out_bits), int(out_bits) - frac_out, bool(signed), narrow=bool(narrow))
+    unit = 2.0 ** -frac_out  # the value of one output code in the IR
+    out = node.output[0]
+    mul = out_scale / unit
+    tq = out if mul == 1.0 else f"{out}__codes"
+    im.emit(node, "Trunc", [cur], tq, shp, mode=mode)
+    im.types[tq] = tout
+    if mul != 1.0:
+        _step(im, node, "Mul", tq, np.asarray(mul), out, shp)

@@ -257,3 +257,105 @@ def resize(im: ImportState, node: onnx.NodeProto) -> None:
     shp = act_shape(im, xi)
     out = tuple(d * f for d, f in zip(shp[:-1], ir_fac, strict=True)) + (shp[-1],)
     im.emit(node, "Resize", [xi], node.output[0], out, scales=ir_fac)
+
+
+# -- explicit Pad nodes and ReduceMean over the spatial axes --------------------------------
+_PADDABLE = ("Conv", "AveragePool")
+
+
+def _int_list(im: ImportState, node: onnx.NodeProto, k: int, what: str) -> list[int] | None:
+    if len(node.input) <= k or not node.input[k]:
+        return None
+    if not im.is_const(node.input[k]):
+        raise im.err(node, f"{what} ({node.input[k]!r}) must be a constant")
+    return [int(v) for v in np.asarray(im.const(node.input[k])).reshape(-1)]
+
+
+def pad_folds(im: ImportState, node: onnx.NodeProto) -> None:
+    """A constant-mode zero Pad of the spatial axes is folded into the Conv or AveragePool
+    that reads it (their own padding is zeros too: the same values); anything else is refused
+    in one line. The reader is rewritten when it is visited (padded_reader)."""
+    a = attrs(node)
+    mode = a.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode != "constant":
+        raise im.unsupported(node, "mode", f"Pad mode {mode!r} is not supported (constant "
+                             "zeros folded into the next Conv or AveragePool)")
+    if im.opset < 11:
+        pads = [int(v) for v in a.get("pads", [])]
+        value = float(a.get("value", 0.0))
+    else:
+        pads = _int_list(im, node, 1, "pads") or []
+        cv = node.input[2] if len(node.input) > 2 else ""
+        if cv and not im.is_const(cv):
+            raise im.err(node, f"constant_value ({cv!r}) must be a constant")
+        value = float(np.asarray(im.const(cv)).reshape(-1)[0]) if cv else 0.0
+    x, out = node.input[0], node.output[0]
+    rank = len(onnx_shape(im, x)) + 1
+    axes = _int_list(im, node, 3, "axes") if im.opset >= 18 else None
+    if axes is not None:
+        full = [0] * (2 * rank)
+        for i, ax in enumerate(axes):
+            full[ax % rank], full[ax % rank + rank] = pads[i], pads[i + len(axes)]
+        pads = full
+    readers = [n for n in im.g.node if out in n.input]
+    where = "; only a constant zero Pad of the spatial axes read by one Conv or AveragePool "
+    where += "(count_include_pad=1) alone is supported (folded into its pads)"
+    if len(pads) != 2 * rank or any(p < 0 for p in pads):
+        raise im.err(node, f"pads {pads} are not {2 * rank} non-negative integers" + where)
+    if value != 0.0:
+        raise im.err(node, f"constant_value {value:g} is not 0" + where)
+    if out in [o.name for o in im.g.output] or len(readers) != 1 or (
+            readers[0].op_type not in _PADDABLE or readers[0].domain not in ("", "ai.onnx")):
+        who = ", ".join(f"{r.op_type} {r.name!r}" for r in readers) or "the graph output"
+        raise im.err(node, f"its output is read by {who}" + where)
+    r = readers[0]
+    ra = attrs(r)
+    if r.op_type == "AveragePool" and any(int(p) for p in ra.get("pads", [])) and not int(
+            ra.get("count_include_pad", 0)):
+        raise im.err(node, "the AveragePool reading it pads with count_include_pad=0" + where)
+    auto = ra.get("auto_pad", b"NOTSET")
+    if (auto.decode() if isinstance(auto, bytes) else str(auto)) not in ("NOTSET", ""):
+        raise im.err(node, f"the {r.op_type} reading it has auto_pad" + where)
+    if any(pads[i] or pads[i + rank] for i in (0, 1)):
+        raise im.err(node, f"pads {pads} pad the batch or channel axis" + where)
+    im.pad_fold[out] = (x, pads[2:rank] + pads[rank + 2:])
+
+
+def padded_reader(im: ImportState, node: onnx.NodeProto) -> onnx.NodeProto:
+    """The Conv/AveragePool reading a folded Pad, as a copy reading the Pad's input with the
+    Pad's amounts added to its own pads (the user's model is not changed)."""
+    if not node.input or node.input[0] not in im.pad_fold:
+        return node
+    x, extra = im.pad_fold[node.input[0]]
+    new = onnx.NodeProto()
+    new.CopyFrom(node)
+    new.input[0] = x
+    own = [int(p) for p in attrs(node).get("pads", [0] * len(extra))]
+    keep = [at for at in new.attribute if at.name not in ("pads", "count_include_pad")]
+    del new.attribute[:]
+    new.attribute.extend(keep)
+    new.attribute.append(onnx.helper.make_attribute(
+        "pads", [a + b for a, b in zip(own, extra, strict=True)]))
+    if node.op_type == "AveragePool":
+        new.attribute.append(onnx.helper.make_attribute("count_include_pad", 1))
+    return new
+
+
+def reduce_mean(im: ImportState, node: onnx.NodeProto) -> None:
+    """ReduceMean over every spatial axis of a channels-first frame (torch.export's global
+    average pool), keepdims=1: the GlobalAveragePool it equals."""
+    a = attrs(node)
+    x = node.input[0]
+    rank = len(onnx_shape(im, x)) + 1
+    axes = ([int(v) for v in a["axes"]] if "axes" in a else
+            _int_list(im, node, 1, "axes") if im.opset >= 18 else None)
+    axes = sorted({ax % rank for ax in axes}) if axes else None
+    if axes != list(range(2, rank)) or rank < 3 or not int(a.get("keepdims", 1)):
+        raise im.err(node, f"ReduceMean over axes {axes} (keepdims "
+                     f"{int(a.get('keepdims', 1))}) of a rank-{rank} tensor: only the mean "
+                     "over all spatial axes of an (N, C, ...) frame with keepdims=1 (a global "
+                     "average pool) is supported")
+    gap = onnx.helper.make_node("GlobalAveragePool", [x], list(node.output[:1]),
+                                name=node.name)
+    pool(im, gap)

@@ -20,6 +20,7 @@ SUPPORTED_OPS = (
     "DequantizeLinear", "Shape", "Gather", "Concat", "Constant", "Cast", "Conv", "MaxPool",
     "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
     f"{CHANNELS_LAST}.Conv", f"{CHANNELS_LAST}.MaxPool",
+    "Clip", "HardSigmoid", "HardSwish", "Pad", "ReduceMean", "Trunc",
 )
 
 class ImportState:
@@ -57,6 +58,9 @@ class ImportState:
         # the output of an IR Reshape emitted here -> the tensor it reshapes (values in order)
         self.reshaped: dict[str, str] = {}
         self.weight_scales: set[float] = set()  # non-power-of-two scales of weight quantizers
+        # a Pad folded into its one reader (a Conv/AveragePool): its output -> (its input,
+        # the spatial pads to add, begins then ends); see spatial.pad_folds
+        self.pad_fold: dict[str, tuple[str, list[int]]] = {}
         # ONNX names of channels-first frames whose IR tensor is their channels-last storage,
         # and permuted vectors (IR element j = ONNX element perm[j]); see onnx_spatial
         self.cf: set[str] = set()

@@ -83,3 +83,112 @@ def host_parts(g: Graph) -> Graph:
         tensors[g.inputs[0]] = dataclasses.replace(tensors[g.inputs[0]], dtype=FLOAT32)
     return g.replace(tensors=tensors).with_meta(host_head=[n.name for n in head],
                                                 host_tail=[n.name for n in tail])
+
+
+# -- wire order: a channels-first model's layout moves at the circuit's ends -----------------
+# A model with spatial ops streams one pixel (all channels) per handshake, in raster order
+# (DESIGN.md, "HDL backend"). An NCHW model's importer writes its channels-first input as a
+# Transpose (or, with one channel, a Reshape) into the channels-last IR frame, and a
+# channels-first output as a Transpose (a permuted vector as a Gather) back: those are the
+# host's reordering, not circuit work. `layout_ends` moves them into the host head and tail
+# (graphs/host.py runs them), so the circuit, the GPU kernels and the golden model's body all
+# see the same raster-order pixels. Codes are moved unchanged: exact in every backend.
+_MOVES = frozenset({Op.RESHAPE, Op.TRANSPOSE, Op.GATHER})
+
+
+def _keeps_pixels(g: Graph, n: Node) -> bool:
+    """A Reshape that keeps the channels last: the same pixel stream under a new name."""
+    if n.op != Op.RESHAPE:
+        return False
+    i, o = g.tensor(n.inputs[0]).shape, g.tensor(n.outputs[0]).shape
+    return len(i) >= 2 and len(o) >= 2 and i[-1] == o[-1]
+
+
+def _single_chain(g: Graph, start: str, ok) -> list[Node]:
+    nodes, cur = [], start
+    while cur not in g.outputs:
+        cons = g.consumers(cur)
+        if len(cons) != 1 or not ok(cons[0]) or g.activations(cons[0]) != [cur]:
+            break
+        nodes.append(cons[0])
+        cur = cons[0].outputs[0]
+    return nodes
+
+
+def _moves_first(g: Graph, start: str, chain: list[Node]) -> tuple[Graph, list[Node]]:
+    """The chain (requantizations and layout moves of fixed-point codes) with its moves first:
+    a move of codes commutes with an element-wise requantization, so the circuit keeps the
+    model's input quantizer whatever layout the model declares. Returns the graph and the
+    moves (now reading `start`)."""
+    moves = [n for n in chain if n.op in LAYOUT]
+    reqs = [n for n in chain if n.op not in LAYOUT]
+    if not reqs or chain[:len(moves)] == moves:
+        return g, moves
+    tensors = dict(g.tensors)
+    t0 = g.tensor(start).dtype
+    cur, new = start, []
+    for m in moves:
+        o = m.outputs[0] + "__host"
+        tensors[o] = dataclasses.replace(g.tensor(m.outputs[0]), name=o, dtype=t0)
+        new.append(dataclasses.replace(m, inputs=(cur,) + tuple(m.inputs[1:]), outputs=(o,)))
+        cur = o
+    shape = g.tensor(chain[-1].outputs[0]).shape
+    last = chain[-1].outputs[0]
+    if last in g.outputs:
+        return g, moves
+    for r in reqs:  # each quantizer keeps its output's name (traces, comparisons)
+        o = r.outputs[0]
+        tensors[o] = dataclasses.replace(g.tensor(o), shape=shape)
+        new.append(dataclasses.replace(r, inputs=(cur,)))
+        cur = o
+    first = g.nodes.index(chain[0])
+    gone = {n.name for n in chain}
+    rest = [dataclasses.replace(n, inputs=tuple(cur if i == last else i for i in n.inputs))
+            for n in g.nodes[first:] if n.name not in gone]
+    nodes = list(g.nodes[:first]) + new + rest
+    keep = {t for n in nodes for t in (*n.inputs, *n.outputs) if t} | set(g.inputs)
+    tensors = {k: v for k, v in tensors.items() if k in keep or k in g.constants}
+    return g.replace(nodes=tuple(nodes), tensors=tensors), new[:len(moves)]
+
+
+def layout_ends(g: Graph) -> Graph:
+    if len(g.inputs) != 1 or len(g.outputs) != 1:
+        return g
+    if not any(n.op in (Op.CONV, Op.MAX_POOL, Op.AVG_POOL, Op.RESIZE) for n in g.nodes):
+        return g
+    head = list(g.get_meta("host_head") or ())
+    tail = list(g.get_meta("host_tail") or ())
+    start = g.node(head[-1]).outputs[0] if head else g.inputs[0]
+    # the input's layout moves, with the element-wise requantizations between them (an input
+    # quantizer before a Transpose): up to the last move
+    chain = _single_chain(g, start, lambda n: n.op in LAYOUT or (
+        n.op == Op.REQUANT and isinstance(g.tensor(n.outputs[0]).dtype, FixedType)))
+    while chain and chain[-1].op not in LAYOUT:
+        chain.pop()
+    new_head = head
+    if any(n.op in LAYOUT and not _keeps_pixels(g, n) for n in chain):
+        if isinstance(g.tensor(start).dtype, FixedType):
+            g, chain = _moves_first(g, start, chain)
+        new_head = head + [n.name for n in chain]
+    # the output's: Transposes / Gathers (and Reshapes) back to the model's layout
+    end = g.node(tail[0]).inputs[0] if tail else g.outputs[0]
+    back: list[Node] = []
+    cur = end
+    while True:
+        p = g.producer(cur)
+        if p is None or p.op not in _MOVES or p.name in new_head or cur in g.inputs:
+            break
+        if cur != end and len(g.consumers(cur)) != 1:
+            break
+        back.append(p)
+        cur = p.inputs[0]
+    back.reverse()
+    if all(n.op == Op.RESHAPE for n in back):
+        back = []  # a Flatten at the end is the circuit's (it collects the frame)
+    if new_head == head and not back:
+        return g
+    tensors = dict(g.tensors)
+    for n in back:
+        tensors[n.outputs[0]] = dataclasses.replace(tensors[n.outputs[0]], dtype=FLOAT32)
+    return g.replace(tensors=tensors).with_meta(
+        host_head=new_head, host_tail=[n.name for n in back] + tail)

@@ -151,7 +151,8 @@ def assign_types(g: Graph, precision: NumType | None = None,
         if tensors[x].dtype is None:
             set_t(x, activation_type(x, x))
     for node in g.nodes:
-        in_chain = node.op in FLOAT_CHAIN and _chain_to_model_quant(g, node)
+        in_chain = (node.op in FLOAT_CHAIN and _chain_to_model_quant(g, node)
+                    and all(g.is_const(i) for i in node.inputs[1:] if i))  # not a sum of two
         # constants first: weights, biases, element-wise constants (float-chain constants stay
         # float: the thresholds pass evaluates them as the model does)
         for k, c in enumerate(node.inputs[1:], start=1):

@@ -93,14 +93,16 @@ def _typed(g: Graph, name: str):
 
 
 def _frame_layout(g: Graph, n: Node) -> bool:
-    """A Reshape/Transpose that puts a frame channels-last for the Conv it feeds (through
-    scalar Mul/Add already moved after it)."""
+    """A Reshape/Transpose that puts a frame channels-last for the Conv it feeds, or that
+    moves one operand of a residual join (Add/Sub of two activations) into the other's layout
+    (through scalar Mul/Add already moved after it)."""
     if n.op not in LAYOUT:
         return False
     cur = single_consumer(g, n.outputs[0])
     while cur is not None and cur.op in (Op.MUL, Op.ADD) and _scalar(g, cur.inputs[1]) is not None:
         cur = single_consumer(g, cur.outputs[0])
-    return cur is not None and cur.op == Op.CONV
+    return cur is not None and (cur.op in LINEAR or (
+        cur.op in (Op.ADD, Op.SUB) and not any(g.is_const(i) for i in cur.inputs)))
 
 
 def sink_scales(g: Graph) -> Graph:
@@ -134,8 +136,89 @@ def sink_scales(g: Graph) -> Graph:
     return g
 
 
+def sink_sum_scales(g: Graph) -> Graph:
+    """Add/Sub of two activations with one per-tensor scale (a residual join: both operands
+    quantized by one quantizer, s * q1 + s * q2) -> s * (q1 + q2): the sum runs on the integer
+    codes (exact), the scale after it reaches the next quantizer's thresholds or Conv."""
+    for n in list(g.nodes):
+        if n.op not in (Op.ADD, Op.SUB) or any(g.is_const(i) for i in n.inputs):
+            continue
+        ps = [g.producer(i) for i in n.inputs]
+        if any(p is None or p.op != Op.MUL or single_consumer(g, p.outputs[0]) is None
+               or not isinstance(g.tensor(p.inputs[0]).dtype, FixedType) for p in ps):
+            continue
+        sc = [_scalar(g, p.inputs[1]) for p in ps]  # type: ignore[union-attr]
+        if sc[0] is None or sc[0] != sc[1] or sc[0] <= 0 or g.tensor(n.outputs[0]).dtype:
+            continue
+        a, b = ps  # type: ignore[misc]
+        t, k = f"{n.name}_codes", 1
+        while t in g.tensors:
+            t, k = f"{n.name}_codes{k}", k + 1
+        tensors = dict(g.tensors)
+        tensors[t] = Tensor(t, g.tensor(n.outputs[0]).shape)
+        summed = dataclasses.replace(n, inputs=(a.inputs[0], b.inputs[0]), outputs=(t,))
+        scaled = dataclasses.replace(a, inputs=(t, a.inputs[1]), outputs=n.outputs)
+        nodes = []
+        for m in g.nodes:
+            if m.name in (a.name, b.name):
+                continue
+            nodes.extend([summed, scaled] if m.name == n.name else [m])
+        g = prune(g.replace(nodes=tuple(nodes), tensors=tensors))
+    return g
+
+
+def split_shared_scales(g: Graph) -> Graph:
+    """A quantizer's s * (q - z) read by several nodes (a residual block's input: the first
+    Conv and the skip) -> one copy of the Mul (and its zero-point Add) per reader, so each
+    reader factors the scale out for itself (a Conv into its integer Dense, the join into the
+    sum on codes); shared, none could, and the Conv would run on a default-precision value."""
+    changed = True
+    while changed:
+        changed = False
+        for p in g.nodes:
+            x = p.outputs[0]
+            cons = g.consumers(x)
+            if (p.op != Op.MUL or _scalar(g, p.inputs[1]) is None or g.is_const(p.inputs[0])
+                    or len(cons) + (x in g.outputs) < 2):
+                continue
+            chain = [p]
+            a = g.producer(p.inputs[0])
+            if (a is not None and a.op == Op.ADD and _scalar(g, a.inputs[1]) is not None
+                    and single_consumer(g, a.outputs[0]) is not None):
+                chain.insert(0, a)
+            if not isinstance(_typed(g, chain[0].inputs[0]), FixedType):
+                continue
+            tensors, extra, rewired = dict(g.tensors), [], {}
+            for k, c in enumerate(cons[1:] if x not in g.outputs else cons, start=1):
+                prev, copies = chain[0].inputs[0], []
+                for m in chain:
+                    t, j = f"{m.outputs[0]}_u{k}", 0
+                    while t in tensors:
+                        j += 1
+                        t = f"{m.outputs[0]}_u{k}_{j}"
+                    tensors[t] = dataclasses.replace(g.tensor(m.outputs[0]), name=t)
+                    copies.append(dataclasses.replace(m, name=f"{m.name}_u{k}",
+                                                      inputs=(prev,) + m.inputs[1:], outputs=(t,)))
+                    prev = t
+                extra.extend(copies)
+                rewired[c.name] = dataclasses.replace(
+                    rewired.get(c.name, c),
+                    inputs=tuple(prev if i == x else i for i in rewired.get(c.name, c).inputs))
+            nodes = []
+            for n in g.nodes:
+                nodes.append(rewired.get(n.name, n))
+                if n.name == p.name:
+                    nodes.extend(extra)
+            g = prune(g.replace(nodes=tuple(nodes), tensors=tensors))
+            changed = True
+            break
+    return g
+
+
 def factor_scales(g: Graph) -> Graph:
+    g = split_shared_scales(g)
     g = sink_scales(g)
+    g = sink_sum_scales(g)
     scales = tuple(float(s) for s in (g.get_meta("weight_scales") or ()))
     for d in list(g.nodes):
         if d.op not in LINEAR or g.tensor(d.outputs[0]).dtype is not None:

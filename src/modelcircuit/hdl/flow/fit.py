@@ -343,11 +343,33 @@ def fit_profile(compiled: CompiledGraph) -> dict[str, Any]:
     return dict(p, name=name)
 
 
-def plan_circuit(compiled: CompiledGraph, reuse: Reuse | str | None = None, pipeline: str | None = None,
-                 adder_levels: int | None = None) -> CircuitPlan:
+SIMULATION_FIT = "simulation (no device)"
+# The logic a simulated design may have, in multiples of the default device's LUTs and FFs: a
+# bound on the Verilog Verilator compiles (its build time grows with the netlist), not a
+# device; DSPs and block RAM are free in a simulation (a '*', an array). 2: MLPerf Tiny's
+# autoencoder at fixed<16,6> plans at II 896 (94.7k LUT estimated); at 4, resnet8_q8 would
+# plan at II 21 (119k LUT) and its Verilog export alone ran over 10 minutes here.
+SIMULATION_SCALE = 2
+
+
+def simulation_profile() -> dict[str, Any]:
+    """What `--reuse auto` fits when a circuit is only simulated (verify without an FPGA
+    --profile): SIMULATION_SCALE times the default device's LUTs and FFs, unlimited DSPs and
+    block RAM, within the HDL backend's size limits as always; the default device's family
+    costs the layers."""
+    p = dict(all_profiles()[DEFAULT_FIT_DEVICE])
+    big = 1 << 40
+    return dict(p, name=SIMULATION_FIT, lut=SIMULATION_SCALE * int(p["lut"]),
+                ff=SIMULATION_SCALE * int(p["ff"]), dsp=big, bram=big)
+
+
+def plan_circuit(compiled: CompiledGraph, reuse: Reuse | str | None = None,
+                 pipeline: str | None = None, adder_levels: int | None = None,
+                 simulation: bool = False) -> CircuitPlan:
     """The circuit plan (hdl/plan/circuit.resolve_plan) for `reuse` as given (None: the
     compiled graph's reuse option), except "auto", which becomes the plan of fit_reuse for
-    the compiled graph's FPGA profile (fit_profile) with its fit block; `--strategy auto`
+    the compiled graph's FPGA profile (fit_profile) with its fit block, or, for a
+    `simulation` of a graph compiled for no FPGA, for simulation_profile(); `--strategy auto`
     picks per layer for that profile when it is an FPGA."""
     check_io(compiled.graph)  # the circuit's first refusal comes first, as before
     require_fixed_point(compiled.graph, "the HDL backend")  # before any estimate or circuit
@@ -358,7 +380,8 @@ def plan_circuit(compiled: CompiledGraph, reuse: Reuse | str | None = None, pipe
     auto_strategy = compiled.options.get("strategy") == "auto"
     if isinstance(reuse, str) and reuse == "auto":
         check_io(compiled.graph)  # the circuit's first refusal comes first, as before
-        prof = fit_profile(compiled)
+        prof = simulation_profile() if simulation and not _is_fpga(compiled) else \
+            fit_profile(compiled)
         fp = fit_reuse(compiled, prof)
         reuse = ReusePlan(dict(fp.reuse), fp.to_json(),
                           choose_strategy(compiled, prof, fp.reuse) if auto_strategy else None)

@@ -328,7 +328,7 @@ STREAM_LOWERING: dict[Op, StreamLower] = {
     Op.RESHAPE: _reshape, Op.TRANSPOSE: _reshape,
     Op.DENSE: _flat_dense,
     **{op: _per_pixel for op in (Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD,
-                                 Op.ADD, Op.SUB, Op.MUL, Op.LUT)},
+                                 Op.ADD, Op.SUB, Op.MUL, Op.LUT, Op.CLIP, Op.TRUNC)},
 }
 PIXEL_OPS = frozenset(op for op, fn in STREAM_LOWERING.items() if fn is _per_pixel)
 STREAM_REFUSED: dict[Op, str] = {

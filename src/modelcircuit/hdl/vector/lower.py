@@ -18,11 +18,20 @@ import numpy as np
 from amaranth.hdl import Mux, Value
 
 from ...graphs.ir import Graph, Node
-from ...graphs.ops import DenseAttrs, LutAttrs, Op, SoftmaxAttrs, TransposeAttrs
+from ...graphs.ops import (
+    ClipAttrs,
+    DenseAttrs,
+    LutAttrs,
+    Op,
+    SoftmaxAttrs,
+    TransposeAttrs,
+    TruncAttrs,
+)
+from ...graphs.reference import clip_codes
 from ...graphs.types import FixedType
 from ..errors import HdlError
 from ..plan.schedule import SCHEDULES, Schedule
-from ..units.arith import check_fixed, const_mul, relu, requantize
+from ..units.arith import check_fixed, const_mul, fit, relu, requantize
 from ..units.base import Unit
 from ..units.dense import Dense
 from ..units.elementwise import Elementwise, Lut, Wiring, threshold_fn
@@ -209,12 +218,58 @@ def lower_transpose(g: Graph, node: Node, opt: Options) -> Unit:
     return Wiring(t, perm)
 
 
+def lower_clip(g: Graph, node: Node, opt: Options) -> Unit:
+    """The codes clamped to reference.clip_codes (two comparisons with constants), then one
+    requantization: a saturation."""
+    tx = _t(g, node.inputs[0], node)
+    tout = _out(g, node)[0]
+    lo, hi = clip_codes(ClipAttrs.of(node), tx)
+
+    def fn(ins: list[list[Value]]) -> list[Value]:
+        out = []
+        for q in ins[0]:
+            v = Mux(q < lo, lo, q) if lo > tx.qmin else q
+            v = Mux(v > hi, hi, v) if hi < tx.qmax else v
+            out.append(requantize(v, tx.frac, tout))
+        return out
+    return _elementwise(g, node, fn)
+
+
+def trunc_value(q: Value, d: int, mode: str, t: FixedType) -> Value:
+    """reference.trunc in logic: q / 2**d rounded by a QONNX mode (the low d bits decide),
+    then saturated to t's range."""
+    if d <= 0:
+        v = q << -d
+    else:
+        fl = q >> d  # arithmetic for a signed q: floor
+        rem = q.as_unsigned()[:d]
+        nz = rem != 0
+        neg = q[-1] if q.shape().signed else 0
+        half = 1 << (d - 1)
+        up, tie = rem > half, rem == half
+        inc = {"FLOOR": 0, "CEIL": nz, "DOWN": nz & neg, "UP": nz & ~neg if q.shape().signed
+               else nz, "ROUND": up | (tie & fl[0]), "HALF_EVEN": up | (tie & fl[0]),
+               "HALF_UP": up | (tie & ~neg) if q.shape().signed else up | tie,
+               "HALF_DOWN": up | (tie & neg)}[mode.upper()]
+        v = fl + inc
+    return fit(Mux(v < t.qmin, t.qmin, Mux(v > t.qmax, t.qmax, v)), t.width, t.signed)
+
+
+def lower_trunc(g: Graph, node: Node, opt: Options) -> Unit:
+    tx = _t(g, node.inputs[0], node)
+    tout = _out(g, node)[0]
+    mode = TruncAttrs.of(node).mode
+    return _elementwise(g, node, lambda ins: [
+        trunc_value(q, tx.frac - tout.frac, mode, tout) for q in ins[0]])
+
+
 Lowering = Callable[[Graph, Node, Options], Unit]
 LOWERING: dict[Op, Lowering] = {
     Op.DENSE: lower_dense, Op.ADD: lower_add, Op.SUB: lower_sub, Op.MUL: lower_mul,
     Op.RELU: lower_relu, Op.LEAKY_RELU: lower_leaky_relu, Op.REQUANT: lower_requant,
     Op.BIPOLAR: lower_bipolar, Op.THRESHOLD: lower_threshold, Op.LUT: lower_lut,
     Op.SOFTMAX: lower_softmax, Op.RESHAPE: lower_reshape, Op.TRANSPOSE: lower_transpose,
+    Op.CLIP: lower_clip, Op.TRUNC: lower_trunc,
 }
 
 REFUSED: dict[Op, str] = {
