@@ -24,18 +24,22 @@ from modelcircuit.graphs.ops import (
 )
 from modelcircuit.graphs.types import FixedType
 
-# backend -> the modules that may hold its LOWERING and REFUSED tables (first found wins)
+# backend -> the modules that may hold its lowering and refused tables (first found wins),
+# and the tables' names there
 BACKENDS = {
     "hdl": ("modelcircuit.hdl.vector.lower",),
+    "hdl-streamed": ("modelcircuit.hdl.streamed.lower",),
     "gpu_backend": ("modelcircuit.gpu_backend.codegen", "modelcircuit.gpu_backend.lowering"),
 }
+TABLE_NAMES = {"hdl-streamed": ("STREAM_LOWERING", "STREAM_REFUSED")}
 
 
 def _tables(backend: str) -> tuple[str, dict, dict]:
+    low, ref = TABLE_NAMES.get(backend, ("LOWERING", "REFUSED"))
     for mod in BACKENDS[backend]:
         m = importlib.import_module(mod)
-        if hasattr(m, "LOWERING") and hasattr(m, "REFUSED"):
-            return mod, m.LOWERING, m.REFUSED
+        if hasattr(m, low) and hasattr(m, ref):
+            return mod, getattr(m, low), getattr(m, ref)
     pytest.skip(f"{backend}: none of {', '.join(BACKENDS[backend])} defines both LOWERING and "
                 "REFUSED yet (the backend's restructuring has not landed)")
 

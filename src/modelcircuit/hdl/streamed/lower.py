@@ -21,6 +21,7 @@ per spatial position, raster order (cnn_ir.md, "Streaming"). Per node:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,8 @@ from ..names import instance_name
 from ..units.arith import check_fixed, requantize
 from ..units.dense import Dense
 from ..units.elementwise import Elementwise
-from ..vector.lower import LOWERING, Options, lower_node
+from ..vector.lower import LOWERING as VECTOR_LOWERING
+from ..vector.lower import Options, lower_node
 from .dense import FlatDense, conv_weights
 from .top import INPUT, StreamDesign
 from .units import (
@@ -55,9 +57,6 @@ from .units import (
     WindowMax,
     WindowUnit,
 )
-
-PIXEL_OPS = frozenset({Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD, Op.ADD,
-                       Op.SUB, Op.MUL, Op.LUT})
 
 
 def is_streamed(g: Graph) -> bool:
@@ -108,6 +107,240 @@ def _requant_unit(tin: FixedType, tout: FixedType, c: int) -> Elementwise:
                        lambda ins: [requantize(q, tin.frac, tout) for q in ins[0]])
 
 
+class _Lowering:
+    """The streamed design being built and where each tensor comes from, handed to the
+    per-op functions of STREAM_LOWERING."""
+
+    def __init__(self, g: Graph, opt: Options, d: StreamDesign, xin: str) -> None:
+        self.g, self.opt, self.d = g, opt, d
+        # tensor -> (source unit or INPUT, token, pixel stream?)
+        self.src: dict[str, tuple[int, Tok, bool]] = {xin: (INPUT, d.input, True)}
+        self.flat: dict[str, tuple[int, Tok]] = {}  # a Flatten whose Dense streams the pixels
+
+    def get(self, name: str, node: Node) -> tuple[int, Tok, bool]:
+        if name not in self.src:
+            raise HdlError(f"node {node.name} ({node.op}): input {name!r} is not produced by "
+                           "a streamed node")
+        return self.src[name]
+
+    def ins(self, node: Node) -> list[tuple[int, Tok, bool]]:
+        return [self.get(a, node) for a in self.g.activations(node) if a not in self.flat]
+
+    def on_stream(self, node: Node) -> bool:
+        """Lowered by STREAM_LOWERING (a spatial op, or a node reading a pixel stream or a
+        Flatten its Dense streams), else by the whole-vector table after a Flatten."""
+        acts = self.g.activations(node)
+        if node.op in SPATIAL or (acts and acts[0] in self.flat):
+            return True
+        ins = self.ins(node)
+        return bool(ins) and ins[0][2]
+
+    def add(self, inst: str, node: Node, unit: Any, sources: list[int], pixel: bool,
+            **meta: Any) -> int:
+        """A unit for `node`'s output; returns its index."""
+        u = self.d.add(inst, unit, sources)
+        self.d.meta[inst] = {"node": node.name, "op": str(node.op), **meta}
+        self.src[node.outputs[0]] = (u, self.d.units[u][1].out, pixel)
+        return u
+
+
+StreamLower = Callable[[_Lowering, Node, str], None]
+
+
+def _where(node: Node) -> str:
+    return f"node {node.name} ({node.op})"
+
+
+def _window(lw: _Lowering, node: Node, inst: str) -> None:
+    """Conv -> WindowUnit over a Dense; MaxPool/AvgPool -> WindowUnit over WindowMax/Avg."""
+    g, opt, where = lw.g, lw.opt, _where(node)
+    s, tok, px = lw.ins(node)[0]
+    if not px:
+        raise HdlError(f"{where}: its input is not a pixel stream")
+    x, out = g.activations(node)[0], node.outputs[0]
+    oshape = tuple(g.tensor(out).shape)
+    tx, tout = _t(g, x, node), _t(g, out, node)
+    ishape = tuple(g.tensor(x).shape)
+    if node.op == Op.CONV:
+        a: Any = ConvAttrs.of(node)
+        if a.acc is None:
+            raise HdlError(f"{where}: no accumulator type; compile the graph first")
+        w = np.asarray(g.constants[node.inputs[1]], dtype=np.int64)
+        geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
+        w4 = w.reshape((1,) + w.shape) if w.ndim == 3 else w
+        wd = conv_weights(w4, a.group)
+        bn = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+        inner: Any = Dense(tx, wd, _t(g, node.inputs[1], node),
+                           None if bn is None else np.asarray(g.constants[bn]),
+                           None if bn is None else _t(g, bn, node), tout, a.acc,
+                           a.relu, opt.reuse.get(node.name, 1), opt.adder_levels,
+                           opt.schedule, opt.strategy if isinstance(opt.strategy, str)
+                           else opt.strategy.get(node.name, "mult"))
+        pad, cout = 0, wd.shape[1]
+    elif node.op == Op.MAX_POOL:
+        a = MaxPoolAttrs.of(node)
+        geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
+        inner = WindowMax(tx, geo.kh * geo.kw, geo.c, tout)
+        pad, cout = tx.qmin, geo.c
+    else:
+        a = AvgPoolAttrs.of(node)
+        if a.recip_type is None or len(node.inputs) < 2:
+            raise HdlError(f"{where}: no reciprocal; compile the graph first")
+        geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
+        recip = int(np.asarray(g.constants[node.inputs[1]]).reshape(-1)[0])
+        inner = WindowAvg(tx, geo.kh * geo.kw, geo.c, recip, a.recip_type.frac, tout)
+        pad, cout = 0, geo.c
+    if (geo.ho * geo.wo, cout) != (int(np.prod(oshape[:-1])), oshape[-1]):
+        raise HdlError(f"{where}: output shape {list(oshape)} does not match the "
+                       f"window ({geo.ho}x{geo.wo}x{cout})")
+    lw.add(inst, node, WindowUnit(geo, tx, inner, tout, cout, pad), [s], True,
+           reuse=int(opt.reuse.get(node.name, 1)))
+
+
+def _resize(lw: _Lowering, node: Node, inst: str) -> None:
+    """Resize -> ResizeUnit (+ a requantization if the output type differs)."""
+    g, d, where = lw.g, lw.d, _where(node)
+    acts, out = g.activations(node), node.outputs[0]
+    s, tok, px = lw.ins(node)[0]
+    sc = ResizeAttrs.of(node).scales
+    ishape = tuple(g.tensor(acts[0]).shape)
+    if not px or len(sc) != len(ishape) - 1 or len(sc) not in (1, 2):
+        raise HdlError(f"{where}: needs a pixel stream (L, C) or (H, W, C) and one "
+                       "scale per spatial axis")
+    h, w_, sh, sw = (1, ishape[0], 1, sc[0]) if len(sc) == 1 else \
+        (ishape[0], ishape[1], sc[0], sc[1])
+    tx, tout = _t(g, acts[0], node), _t(g, out, node)
+    u = lw.add(inst, node, ResizeUnit(tx, h, w_, ishape[-1], sh, sw), [s], True)
+    if tout != tx:
+        tk = d.units[u][1].out
+        lw.add(inst + "_rq", node, MapUnit(_requant_unit(tx, tout, tk.elements), [tk],
+                                           Tok(tout, tk.elements, tk.per_frame)), [u], True)
+        d.meta.pop(inst + "_rq")  # the requantization is part of the Resize's entry
+
+
+def _concat(lw: _Lowering, node: Node, inst: str) -> None:
+    """Concat on the channel axis -> a per-pixel join (each part requantized)."""
+    g, where = lw.g, _where(node)
+    acts, out, ins = g.activations(node), node.outputs[0], lw.ins(node)
+    oshape = tuple(g.tensor(out).shape)
+    axis = ConcatAttrs.of(node).axis
+    rank = len(oshape)
+    if axis not in (-1, rank - 1) or not all(i[2] for i in ins):
+        raise HdlError(f"{where}: a streamed Concat joins pixel streams on the "
+                       f"channel axis (the last), not axis {axis}")
+    tout = _t(g, out, node)
+    specs = [(_t(g, a_, node), i[1].elements) for a_, i in zip(acts, ins, strict=True)]
+    unit = Elementwise(specs, (tout, oshape[-1]), lambda vs, specs=specs, tout=tout: [
+        requantize(q, specs[k][0].frac, tout) for k, v in enumerate(vs) for q in v])
+    per = ins[0][1].per_frame
+    lw.add(inst, node, MapUnit(unit, [i[1] for i in ins], Tok(tout, oshape[-1], per)),
+           [i[0] for i in ins], True)
+
+
+def _reshape(lw: _Lowering, node: Node, inst: str) -> None:
+    """A reshape that keeps the channels last: a new name; a Flatten into a Dense: the Dense
+    takes the pixels (FlatDense); any other Flatten: CollectUnit (the whole frame)."""
+    g, where = lw.g, _where(node)
+    acts, out = g.activations(node), node.outputs[0]
+    oshape = tuple(g.tensor(out).shape)
+    s, tok, _ = lw.ins(node)[0]
+    ishape = tuple(g.tensor(acts[0]).shape)
+    t_o = _t(g, out, node)
+    if node.op == Op.RESHAPE and len(oshape) >= 2 and oshape[-1] == ishape[-1]:
+        lw.src[out] = (s, tok, True)  # the same raster order: a new name only
+    elif node.op == Op.RESHAPE and int(np.prod(oshape)) == int(np.prod(ishape)):
+        if t_o != tok.t:
+            raise HdlError(f"{where}: changes the type")
+        cons = g.consumers(out)
+        if (len(cons) == 1 and cons[0].op == Op.DENSE and cons[0].inputs[0] == out
+                and out not in g.outputs and cons[0].inputs[1] in g.constants):
+            lw.flat[out] = (s, tok)  # the Dense takes the pixels itself (FlatDense)
+            return
+        lw.add(inst, node, CollectUnit(tok), [s], False, kind="Flatten (collect the frame)")
+    else:
+        raise HdlError(f"{where}: a {node.op} of a pixel stream {list(ishape)} -> "
+                       f"{list(oshape)} has no streaming circuit (only a Flatten "
+                       "into a vector, or a reshape that keeps the channels last)")
+
+
+def _flat_dense(lw: _Lowering, node: Node, inst: str) -> None:
+    """A Dense fed by a Flatten of a pixel stream: FlatDense, accumulated pixel by pixel."""
+    g, where = lw.g, _where(node)
+    acts, out = g.activations(node), node.outputs[0]
+    if not (acts and acts[0] in lw.flat):
+        _refuse_on_stream(node)
+    s, tok = lw.flat[acts[0]]
+    a = DenseAttrs.of(node)
+    if a.acc is None:
+        raise HdlError(f"{where}: no accumulator type; compile the graph first")
+    bn = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    r = int(lw.opt.reuse.get(node.name, 1))
+    unit = FlatDense(tok, np.asarray(g.constants[node.inputs[1]], dtype=np.int64),
+                     _t(g, node.inputs[1], node),
+                     None if bn is None else np.asarray(g.constants[bn]),
+                     None if bn is None else _t(g, bn, node), _t(g, out, node), a.acc,
+                     a.relu, max(1, r // tok.per_frame))
+    lw.add(inst, node, unit, [s], False, kind="Flatten + Dense, per pixel")
+
+
+def _per_pixel(lw: _Lowering, node: Node, inst: str) -> None:
+    """An element-wise op on pixel streams: the whole-vector unit on a one-pixel view of the
+    tensors (hdl/vector/lower.py), once per token (MapUnit)."""
+    g, where = lw.g, _where(node)
+    acts, out, ins = g.activations(node), node.outputs[0], lw.ins(node)
+    oshape = tuple(g.tensor(out).shape)
+    if not all(i[2] for i in ins) or len({i[1].per_frame for i in ins}) != 1:
+        raise HdlError(f"{where}: mixes a pixel stream with a vector")
+    c_of = {a_: i[1].elements for a_, i in zip(acts, ins, strict=True)}
+    c_of[out] = oshape[-1]
+    unit = lower_node(_pixel_view(g, node, c_of), node, lw.opt)
+    tout = _t(g, out, node)
+    lw.add(inst, node, MapUnit(unit, [i[1] for i in ins],
+                               Tok(tout, oshape[-1], ins[0][1].per_frame)),
+           [i[0] for i in ins], True)
+
+
+def _vector(lw: _Lowering, node: Node, inst: str) -> None:
+    """A node after a Flatten: the whole-vector lowering (hdl/vector/lower.py), one token
+    per frame."""
+    g, where = lw.g, _where(node)
+    out, ins = node.outputs[0], lw.ins(node)
+    if node.op not in VECTOR_LOWERING:
+        lower_node(g, node, lw.opt)  # raises the usual refusal
+    if any(i[1].per_frame != 1 for i in ins):
+        raise HdlError(f"{where}: mixes a pixel stream with a vector")
+    unit = lower_node(g, node, lw.opt)
+    tout = _t(g, out, node)
+    lw.add(inst, node, MapUnit(unit, [i[1] for i in ins], Tok(tout, int(g.tensor(out).size), 1)),
+           [i[0] for i in ins], False)
+
+
+# The lowering table of nodes on a pixel stream (a node after a Flatten takes the
+# whole-vector table instead, hdl/vector/lower.py). An op missing here is refused on a
+# stream with the reason in STREAM_REFUSED; tests/graphs/test_ops.py checks that the two
+# cover the vocabulary.
+STREAM_LOWERING: dict[Op, StreamLower] = {
+    Op.CONV: _window, Op.MAX_POOL: _window, Op.AVG_POOL: _window,
+    Op.RESIZE: _resize,
+    Op.CONCAT: _concat,
+    Op.RESHAPE: _reshape, Op.TRANSPOSE: _reshape,
+    Op.DENSE: _flat_dense,
+    **{op: _per_pixel for op in (Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD,
+                                 Op.ADD, Op.SUB, Op.MUL, Op.LUT)},
+}
+PIXEL_OPS = frozenset(op for op, fn in STREAM_LOWERING.items() if fn is _per_pixel)
+STREAM_REFUSED: dict[Op, str] = {
+    op: "no streaming circuit on a pixel stream (after a Flatten it runs on the whole vector, "
+        "hdl/vector/lower.py)"
+    for op in Op if op not in STREAM_LOWERING}
+
+
+def _refuse_on_stream(node: Node) -> None:
+    raise HdlError(f"{_where(node)}: op {node.op} on a pixel stream has no streaming "
+                   f"circuit; streamed: Conv, MaxPool, AvgPool, Resize, Concat, "
+                   f"Reshape/Flatten, {', '.join(sorted(PIXEL_OPS))}")
+
+
 def build_design(g: Graph, opt: Options) -> tuple[StreamDesign, list[int], list[int]]:
     """The streaming design of a graph with spatial ops. Returns (design, input frame
     shape, output frame shape)."""
@@ -120,168 +353,18 @@ def build_design(g: Graph, opt: Options) -> tuple[StreamDesign, list[int], list[
         raise HdlError(f"graph {g.name!r}: input {xin!r} of shape {list(shp)} is not a "
                        "channels-last frame ((L, C) or (H, W, C)); the streaming circuit "
                        "takes one pixel per handshake")
-    tin = _t(g, xin)
-    d = StreamDesign(g.name, Tok(tin, shp[-1], int(np.prod(shp[:-1]))))
-    # tensor -> (source unit or INPUT, token, pixel stream?)
-    src: dict[str, tuple[int, Tok, bool]] = {xin: (INPUT, d.input, True)}
-    flat: dict[str, tuple[int, Tok]] = {}  # a Flatten whose Dense streams the pixels
-
-    def get(name: str, node: Node) -> tuple[int, Tok, bool]:
-        if name not in src:
-            raise HdlError(f"node {node.name} ({node.op}): input {name!r} is not produced by "
-                           "a streamed node")
-        return src[name]
-
+    d = StreamDesign(g.name, Tok(_t(g, xin), shp[-1], int(np.prod(shp[:-1]))))
+    lw = _Lowering(g, opt, d, xin)
     for idx, node in enumerate(g.nodes):
         inst = instance_name(idx, node.name)
-        out = node.outputs[0]
-        oshape = tuple(g.tensor(out).shape)
-        acts = g.activations(node)
-        ins = [get(a, node) for a in acts if a not in flat]
-        where = f"node {node.name} ({node.op})"
-        pixel = bool(ins) and ins[0][2]
-        if node.op in (Op.CONV, Op.MAX_POOL, Op.AVG_POOL):
-            s, tok, px = ins[0]
-            if not px:
-                raise HdlError(f"{where}: its input is not a pixel stream")
-            x = acts[0]
-            tx, tout = _t(g, x, node), _t(g, out, node)
-            ishape = tuple(g.tensor(x).shape)
-            if node.op == Op.CONV:
-                a: Any = ConvAttrs.of(node)
-                if a.acc is None:
-                    raise HdlError(f"{where}: no accumulator type; compile the graph first")
-                w = np.asarray(g.constants[node.inputs[1]], dtype=np.int64)
-                geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
-                w4 = w.reshape((1,) + w.shape) if w.ndim == 3 else w
-                wd = conv_weights(w4, a.group)
-                bn = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-                inner: Any = Dense(tx, wd, _t(g, node.inputs[1], node),
-                                   None if bn is None else np.asarray(g.constants[bn]),
-                                   None if bn is None else _t(g, bn, node), tout, a.acc,
-                                   a.relu, opt.reuse.get(node.name, 1), opt.adder_levels,
-                                   opt.schedule, opt.strategy if isinstance(opt.strategy, str)
-                                   else opt.strategy.get(node.name, "mult"))
-                pad, cout = 0, wd.shape[1]
-            elif node.op == Op.MAX_POOL:
-                a = MaxPoolAttrs.of(node)
-                geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
-                inner = WindowMax(tx, geo.kh * geo.kw, geo.c, tout)
-                pad, cout = tx.qmin, geo.c
-            else:
-                a = AvgPoolAttrs.of(node)
-                if a.recip_type is None or len(node.inputs) < 2:
-                    raise HdlError(f"{where}: no reciprocal; compile the graph first")
-                geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
-                recip = int(np.asarray(g.constants[node.inputs[1]]).reshape(-1)[0])
-                inner = WindowAvg(tx, geo.kh * geo.kw, geo.c, recip, a.recip_type.frac, tout)
-                pad, cout = 0, geo.c
-            if (geo.ho * geo.wo, cout) != (int(np.prod(oshape[:-1])), oshape[-1]):
-                raise HdlError(f"{where}: output shape {list(oshape)} does not match the "
-                               f"window ({geo.ho}x{geo.wo}x{cout})")
-            u = d.add(inst, WindowUnit(geo, tx, inner, tout, cout, pad), [s])
-            d.meta[inst] = {"node": node.name, "op": str(node.op),
-                            "reuse": int(opt.reuse.get(node.name, 1))}
-            src[out] = (u, d.units[u][1].out, True)
-        elif node.op == Op.RESIZE:
-            s, tok, px = ins[0]
-            sc = ResizeAttrs.of(node).scales
-            ishape = tuple(g.tensor(acts[0]).shape)
-            if not px or len(sc) != len(ishape) - 1 or len(sc) not in (1, 2):
-                raise HdlError(f"{where}: needs a pixel stream (L, C) or (H, W, C) and one "
-                               "scale per spatial axis")
-            h, w_, sh, sw = (1, ishape[0], 1, sc[0]) if len(sc) == 1 else \
-                (ishape[0], ishape[1], sc[0], sc[1])
-            tx, tout = _t(g, acts[0], node), _t(g, out, node)
-            u = d.add(inst, ResizeUnit(tx, h, w_, ishape[-1], sh, sw), [s])
-            d.meta[inst] = {"node": node.name, "op": str(node.op)}
-            if tout != tx:
-                tk = d.units[u][1].out
-                u = d.add(inst + "_rq", MapUnit(_requant_unit(tx, tout, tk.elements), [tk],
-                                                Tok(tout, tk.elements, tk.per_frame)), [u])
-            src[out] = (u, d.units[u][1].out, True)
-        elif node.op == Op.CONCAT and pixel:
-            axis = ConcatAttrs.of(node).axis
-            rank = len(oshape)
-            if axis not in (-1, rank - 1) or not all(i[2] for i in ins):
-                raise HdlError(f"{where}: a streamed Concat joins pixel streams on the "
-                               f"channel axis (the last), not axis {axis}")
-            tout = _t(g, out, node)
-            specs = [(_t(g, a_, node), i[1].elements) for a_, i in zip(acts, ins, strict=True)]
-            unit = Elementwise(specs, (tout, oshape[-1]), lambda vs, specs=specs, tout=tout: [
-                requantize(q, specs[k][0].frac, tout) for k, v in enumerate(vs) for q in v])
-            per = ins[0][1].per_frame
-            u = d.add(inst, MapUnit(unit, [i[1] for i in ins], Tok(tout, oshape[-1], per)),
-                      [i[0] for i in ins])
-            d.meta[inst] = {"node": node.name, "op": str(node.op)}
-            src[out] = (u, d.units[u][1].out, True)
-        elif node.op in (Op.RESHAPE, Op.TRANSPOSE) and pixel:
-            s, tok, _ = ins[0]
-            ishape = tuple(g.tensor(acts[0]).shape)
-            t_o = _t(g, out, node)
-            if node.op == Op.RESHAPE and len(oshape) >= 2 and oshape[-1] == ishape[-1]:
-                src[out] = (s, tok, True)  # the same raster order: a new name only
-            elif node.op == Op.RESHAPE and int(np.prod(oshape)) == int(np.prod(ishape)):
-                if t_o != tok.t:
-                    raise HdlError(f"{where}: changes the type")
-                cons = g.consumers(out)
-                if (len(cons) == 1 and cons[0].op == Op.DENSE and cons[0].inputs[0] == out
-                        and out not in g.outputs and cons[0].inputs[1] in g.constants):
-                    flat[out] = (s, tok)  # the Dense takes the pixels itself (FlatDense)
-                    continue
-                u = d.add(inst, CollectUnit(tok), [s])
-                d.meta[inst] = {"node": node.name, "op": str(node.op),
-                                "kind": "Flatten (collect the frame)"}
-                src[out] = (u, d.units[u][1].out, False)
-            else:
-                raise HdlError(f"{where}: a {node.op} of a pixel stream {list(ishape)} -> "
-                               f"{list(oshape)} has no streaming circuit (only a Flatten "
-                               "into a vector, or a reshape that keeps the channels last)")
-        elif node.op == Op.DENSE and acts and acts[0] in flat:
-            s, tok = flat[acts[0]]
-            a = DenseAttrs.of(node)
-            if a.acc is None:
-                raise HdlError(f"{where}: no accumulator type; compile the graph first")
-            bn = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-            r = int(opt.reuse.get(node.name, 1))
-            unit = FlatDense(tok, np.asarray(g.constants[node.inputs[1]], dtype=np.int64),
-                             _t(g, node.inputs[1], node),
-                             None if bn is None else np.asarray(g.constants[bn]),
-                             None if bn is None else _t(g, bn, node), _t(g, out, node), a.acc,
-                             a.relu, max(1, r // tok.per_frame))
-            u = d.add(inst, unit, [s])
-            d.meta[inst] = {"node": node.name, "op": str(node.op),
-                            "kind": "Flatten + Dense, per pixel"}
-            src[out] = (u, d.units[u][1].out, False)
-        elif pixel:
-            if node.op not in PIXEL_OPS:
-                raise HdlError(f"{where}: op {node.op} on a pixel stream has no streaming "
-                               f"circuit; streamed: Conv, MaxPool, AvgPool, Resize, Concat, "
-                               f"Reshape/Flatten, {', '.join(sorted(PIXEL_OPS))}")
-            if not all(i[2] for i in ins) or len({i[1].per_frame for i in ins}) != 1:
-                raise HdlError(f"{where}: mixes a pixel stream with a vector")
-            c_of = {a_: i[1].elements for a_, i in zip(acts, ins, strict=True)}
-            c_of[out] = oshape[-1]
-            unit = lower_node(_pixel_view(g, node, c_of), node, opt)
-            tout = _t(g, out, node)
-            u = d.add(inst, MapUnit(unit, [i[1] for i in ins],
-                                    Tok(tout, oshape[-1], ins[0][1].per_frame)),
-                      [i[0] for i in ins])
-            d.meta[inst] = {"node": node.name, "op": str(node.op)}
-            src[out] = (u, d.units[u][1].out, True)
-        else:  # the whole-vector path after a Flatten
-            if node.op not in LOWERING:
-                lower_node(g, node, opt)  # raises the usual refusal
-            if any(i[1].per_frame != 1 for i in ins):
-                raise HdlError(f"{where}: mixes a pixel stream with a vector")
-            unit = lower_node(g, node, opt)
-            tout = _t(g, out, node)
-            u = d.add(inst, MapUnit(unit, [i[1] for i in ins],
-                                    Tok(tout, int(g.tensor(out).size), 1)),
-                      [i[0] for i in ins])
-            d.meta[inst] = {"node": node.name, "op": str(node.op)}
-            src[out] = (u, d.units[u][1].out, False)
-    res = src[g.outputs[0]]
+        if not lw.on_stream(node):
+            _vector(lw, node, inst)
+            continue
+        fn = STREAM_LOWERING.get(node.op)
+        if fn is None:
+            _refuse_on_stream(node)
+        fn(lw, node, inst)
+    res = lw.src[g.outputs[0]]
     if res[0] != len(d.units) - 1 or res[0] == INPUT:
         raise HdlError(f"graph {g.name!r}: the output {g.outputs[0]!r} is not made by the "
                        "last streamed node")
