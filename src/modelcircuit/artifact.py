@@ -159,6 +159,19 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
     if target not in TARGETS:
         raise GraphError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
 
+    hdl_options = hdl_options or {}
+    plan = None  # the circuit plan: resolved once, for the export and the flow
+    if target == "fpga":  # refuse a design that cannot fit before the export and the flow
+        from .hdl.flow import fpga_profile, plan_build
+
+        plan, _ = plan_build(compiled, fpga_profile(compiled.profile), reuse,
+                             hdl_options.get("pipeline"), hdl_options.get("adder_levels"))
+    elif target == "verilog":
+        from .hdl.flow import plan_circuit
+
+        plan = plan_circuit(compiled, reuse, hdl_options.get("pipeline"),
+                            hdl_options.get("adder_levels"))
+
     def fill(d: Path) -> None:
         extra: dict[str, Any] = {}
         if target == "gpu":
@@ -167,16 +180,14 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
             extra["gpu"] = write_artifact(compiled, d / "gpu")
         elif target in ("verilog", "fpga"):
             from .hdl import export_verilog
-            from .hdl.flow import plan_reuse
 
-            hdl = export_verilog(compiled, d / "hdl", reuse=plan_reuse(compiled, reuse),
-                                 **(hdl_options or {}))
+            hdl = export_verilog(compiled, d / "hdl", reuse=plan)
             hdl.pop("convert_s", None)  # a timing: kept out so the manifest is reproducible
             extra["hdl"] = hdl
             if target == "fpga":
                 from .hdl.flow import run_flow
 
-                extra["fpga"] = run_flow(compiled, d / "hdl", d / "fpga", progress=progress)
+                extra["fpga"] = run_flow(compiled, plan, d / "fpga", progress=progress)
         (d / "graph.json").write_text(dumps(graph_to_json(compiled.graph)))
         (d / "weights.npz").write_bytes(npz_bytes(dict(compiled.graph.constants)))
         if compiled.head is not None or compiled.tail is not None:  # graphs/host.py
@@ -189,9 +200,5 @@ def write_compiled(compiled: CompiledGraph, out: Path, target: str = "golden",
         extra["files"] = file_hashes(d)
         (d / "manifest.json").write_text(dumps(manifest(compiled, target, extra)))
 
-    if target == "fpga":  # refuse a design that cannot fit before the export and the flow
-        from .hdl.flow import fpga_profile, plan_build
-
-        plan_build(compiled, fpga_profile(compiled.profile), reuse, **(hdl_options or {}))
     atomic_dir(Path(out), fill)  # temp dir beside out, swapped in whole; nothing on failure
     return Path(out)

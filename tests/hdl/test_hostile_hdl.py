@@ -249,8 +249,8 @@ def test_explicit_reuse_the_flow_tests_build_still_fits(device: str, reuse: int)
     from .test_fpga import tiny_compiled
 
     prof = fpga_profile(device)
-    plan, fit, est = plan_build(tiny_compiled(profile=device), prof, reuse)
-    assert fit is None and set(plan.values()) == {reuse}
+    plan, est = plan_build(tiny_compiled(profile=device), prof, reuse)
+    assert plan.fit is None and set(plan.reuse.values()) == {reuse}
     assert est.estimate["lut"] <= prof["lut"]
 
 

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from modelcircuit.hdl import build_top
+from modelcircuit.hdl import build_top, plan_top
 from modelcircuit.hdl.plan.fold import fold_multipliers, fold_shape
 from modelcircuit.hdl.plan.schedule import SCHEDULES, plan_stages
 from modelcircuit.sim.amaranth_sim import simulate
@@ -63,29 +63,33 @@ def test_default_pipeline_follows_the_target():
 
 
 def test_reuse_auto_is_the_fit_plan():
-    from modelcircuit.hdl.flow import fit_reuse, fpga_profile, plan_reuse
+    from modelcircuit.hdl.flow import fit_reuse, fpga_profile, plan_circuit
 
     c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
     c = dataclasses.replace(c, profile="ice40-up5k")
-    info = build_top(c, plan_reuse(c, "auto"))[1]
+    info = plan_top(c, plan_circuit(c, "auto"))
     plan = fit_reuse(c, fpga_profile("ice40-up5k"))
     assert info["fit"] == plan.to_json() and info["fit"]["device"] == "ice40-up5k"
     assert [lay["reuse"] for lay in info["layers"]] == [plan.reuse["fc"]]
     c = dataclasses.replace(c, profile=None)  # no FPGA profile: fitted against ecp5-85k
-    assert build_top(c, plan_reuse(c, "auto"))[1]["fit"]["device"] == "ecp5-85k"
+    assert plan_top(c, plan_circuit(c, "auto"))["fit"]["device"] == "ecp5-85k"
 
 
 def test_the_circuit_takes_a_resolved_plan():
     """The circuit never fits: "auto" (given, or the compiled option) is refused there and
-    resolved by the flow (plan_reuse), which leaves any other reuse as it is."""
-    from modelcircuit.hdl import HdlError, ReusePlan
-    from modelcircuit.hdl.flow import plan_reuse
+    resolved by the flow (plan_circuit), which resolves any other reuse as given."""
+    from modelcircuit.hdl import HdlError
+    from modelcircuit.hdl.flow import plan_circuit
 
     c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
     with pytest.raises(HdlError, match="resolved|fitted to a device by the FPGA flow"):
         build_top(c, "auto")
     with pytest.raises(HdlError, match="fitted to a device by the FPGA flow"):
         build_top(dataclasses.replace(c, options={**c.options, "reuse": "auto"}))
-    assert plan_reuse(c, 3) == 3 and plan_reuse(c, {"fc": 2}) == {"fc": 2}
-    p = plan_reuse(dataclasses.replace(c, options={**c.options, "reuse": "auto"}))
-    assert isinstance(p, ReusePlan) and set(p.layers) == {"fc"} and p.fit["device"] == "ecp5-85k"
+    assert dict(plan_circuit(c, 3).reuse) == {"fc": 3}
+    assert dict(plan_circuit(c, {"fc": 2}).reuse) == {"fc": 2}
+    assert plan_circuit(c, 3).fit is None
+    p = plan_circuit(dataclasses.replace(c, options={**c.options, "reuse": "auto"}))
+    assert set(p.reuse) == {"fc"} and p.fit["device"] == "ecp5-85k"
+    with pytest.raises(HdlError, match="already resolved"):
+        build_top(c, p, pipeline="fmax")  # a resolved plan carries its schedule

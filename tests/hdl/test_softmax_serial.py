@@ -44,7 +44,6 @@ def _unit(c, split: bool, deep: bool = False) -> SoftmaxSerial:
     u = SoftmaxSerial(tin, g.tensor("x").size, tout, g.constants[nd.inputs[1]], a.exp_type,
                          a.exp_lo, a.exp_shift, g.constants[nd.inputs[2]], a.recip_type,
                          a.recip_lo, a.recip_shift, split=split, deep=deep)
-    u._MustUse__silence = True  # some are only inspected, never elaborated
     return u
 
 
@@ -173,11 +172,11 @@ def test_conv2d_small_keras_estimate_sees_the_softmax():
     pixels >= 33), so the serial unit, and the fit's estimate counts it."""
     import modelcircuit as mc
     from modelcircuit.hdl import build_top
-    from modelcircuit.hdl.flow.fit import plan_reuse
+    from modelcircuit.hdl.flow.fit import plan_circuit
 
     c = mc.compile(mc.load_onnx(str(CONV2D)), precision="fixed<8,3>", reuse="auto",
                    profile="ice40-up5k")
-    plan = plan_reuse(c, "auto")
+    plan = plan_circuit(c, "auto")
     layers = plan.fit["layers"]
     sm = [lay for lay in layers if lay["node"] == "Softmax"]
     assert sm and sm[0]["multipliers"] == 1 and sm[0]["bram"] >= 2

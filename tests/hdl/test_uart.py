@@ -15,7 +15,7 @@ from modelcircuit.api import compile
 from modelcircuit.frontend.onnx.importer import load_onnx
 from modelcircuit.graphs import reference
 from modelcircuit.hdl import build_top
-from modelcircuit.hdl.flow import plan_reuse
+from modelcircuit.hdl.flow import plan_circuit
 from modelcircuit.hdl.uart import UartWrapper, decode_vector, encode_vector, frame_bytes
 from modelcircuit.sim import rtl
 from modelcircuit.sim.codes import Port, pack, unpack
@@ -94,7 +94,7 @@ def test_uart_wrapped_model_bit_exact(tmp_path, digits_test, model, reuse, pipel
                     profile="ice40-up5k")
     else:
         c = tiny_compiled()
-    core, info = build_top(c, reuse=plan_reuse(c, reuse), pipeline=pipeline)
+    core, info = build_top(c, reuse=plan_circuit(c, reuse, pipeline))
     pin, pout = Port.from_info(info["input"]), Port.from_info(info["output"])
     div, timeout = 4, 400
     w = UartWrapper(core, pin.elements * pin.width, pout.elements * pout.width, divisor=div,
@@ -136,7 +136,7 @@ def test_conv2d_small_keras_up5k_build_through_uart(tmp_path):
     from .test_stream_uart import run_uart
 
     c = compile(load_onnx(str(CONV2D)), precision="fixed<8,3>", profile="ice40-up5k")
-    plan = plan_reuse(c, "auto")
+    plan = plan_circuit(c, "auto")
     _, info = build_top(c, plan)
     sm = next(lay for lay in info["layers"] if lay.get("op") == "Softmax")
     assert sm["softmax"] == "serial" and info["pipeline"] == "area"

@@ -127,12 +127,12 @@ def test_area_schedule_of_the_up5k_plan(digits_model, digits_test, sim_cache) ->
     "area" schedule (lean folds that load on the input handshake, long valid chains as
     down-counters): bit-exact with gaps and backpressure, latency and II as compiled."""
     from modelcircuit.hdl.export import convert
-    from modelcircuit.hdl.flow import plan_reuse
+    from modelcircuit.hdl.flow import plan_circuit
 
     x, _ = digits_test
     c = mc_compile(load_onnx(digits_model), precision="fixed<6,3>", calibrate=x,
                    profile="ice40-up5k", reuse="auto")
-    v, _, info = convert(c, plan_reuse(c, "auto"))
+    v, _, info = convert(c, plan_circuit(c, "auto"))
     assert info["pipeline"] == "area" and info["ii"] >= 128
     assert "_wp" in v  # at least one valid delay is counters, not a register chain
     codes = reference.quantize_inputs(c.graph, [x[:24]])[0]

@@ -162,7 +162,7 @@ def test_resume_and_report_determinism(tmp_path: Path) -> None:
     rec = next(r for r in a["points"] if r["precision"] == "fixed<5,3>" and r["reuse"] == 256)
     c = mc.compile(g, precision="fixed<5,3>", calibrate=x, reuse=256, profile="ice40-up5k")
     assert c.graph_id == rec["graph_id"]
-    _p, _f, fp = plan_build(c, fpga_profile("ice40-up5k"), 256)
+    _p, fp = plan_build(c, fpga_profile("ice40-up5k"), 256)
     assert rec["estimate"]["lut"] == fp.estimate["lut"]
     text = (tmp_path / "a" / "sweep.txt").read_text()
     assert "fixed<5,3>" in text and str(rec["estimate"]["lut"]) in text

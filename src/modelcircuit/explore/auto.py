@@ -107,8 +107,8 @@ class Search:
         self.default = f"fixed<{start_width},3,RND>"
         self.ref = compile_model(graph, precision=f"fixed<{start_width},3>", calibrate=x,
                               reuse=reuse, profile=device)
-        plan, _fit, fp = plan_build(self.ref, self.prof, reuse)
-        self.plan = {k: int(v) for k, v in plan.items()}
+        plan, fp = plan_build(self.ref, self.prof, reuse)
+        self.plan = {k: int(v) for k, v in plan.reuse.items()}
         self.lut_unit = fp.lut_unit
         self.knobs = _knob_map(graph, self.ref)
         self.base = {t: self.ref.graph.tensor(t).dtype for t in self.knobs}
@@ -138,7 +138,7 @@ class Search:
     def cost(self, compiled: Any) -> int:
         from ..hdl.flow import plan_build
 
-        _p, _f, fp = plan_build(compiled, self.prof, self.plan)
+        _p, fp = plan_build(compiled, self.prof, self.plan)
         return int(fp.estimate["lut"])
 
     def agreement(self, compiled: Any) -> float:

@@ -92,18 +92,14 @@ def type_bits(compiled: Any) -> dict[str, Any]:
 def estimate_point(compiled: Any, device: str, reuse: int | str) -> dict[str, Any]:
     """Resources (the flow's estimate), latency in cycles and II of the planned circuit.
     A design over the device raises the flow's FitError (the point fails with its text)."""
+    from ..hdl import plan_top
     from ..hdl.flow import fpga_profile, plan_build
-    from ..hdl.flow.build import model_component
 
     prof = fpga_profile(device)
-    plan, fit, fp = plan_build(compiled, prof, reuse)
-    top, info = model_component(compiled, plan, prof=prof)
-    # built for its schedule only (latency, II), never elaborated: not an unused circuit
-    for obj in [top, *(u for _i, _n, u, _t in getattr(top, "units", ()))]:
-        if hasattr(obj, "_MustUse__used"):
-            obj._MustUse__used = True
+    plan, fp = plan_build(compiled, prof, reuse)
+    info = plan_top(compiled, plan)  # the schedule as data: nothing is built
     est = dict(fp.estimate)
-    return {"reuse_plan": dict(plan), "ii": int(info["ii"]), "latency_cycles": int(info["latency"]),
+    return {"reuse_plan": dict(plan.reuse), "ii": int(info["ii"]), "latency_cycles": int(info["latency"]),
             "lut_unit": fp.lut_unit, "lut": int(est["lut"]), "ff": int(est["ff"]),
             "dsp": int(est["dsp"]), "bram": int(est.get("bram", 0)),
             "device_lut": int(prof["lut"]), "pipeline": info.get("pipeline")}

@@ -13,16 +13,19 @@ description of ports, packing, latency and II. Both take a resolved reuse plan.
 
 The flow (`hdl/flow/`: the tool runner, yosys and nextpnr, reports, boards, the resource
 estimate and `--reuse auto`) imports the circuit, never the reverse: it resolves
-`--reuse auto` to a plan (`flow.plan_reuse`) and hands it to the circuit.
+`--reuse auto` to a circuit plan (`flow.plan_circuit`, `flow.plan_build`) and hands it to
+the circuit: hdl/plan/circuit.py `resolve_plan` is the one place a plan is resolved.
 """
 
 from __future__ import annotations
 
 from .errors import HdlError
 from .export import export_verilog, register_bits
+from .plan.circuit import CircuitPlan, resolve_plan
 from .plan.reuse import ReusePlan
 from .vector.lower import LOWERING, REFUSED
-from .vector.top import DEFAULT_ADDER_LEVELS, ModelTop, build_top
+from .vector.top import DEFAULT_ADDER_LEVELS, ModelTop, build_top, plan_top
 
-__all__ = ["DEFAULT_ADDER_LEVELS", "LOWERING", "REFUSED", "HdlError", "ModelTop", "ReusePlan",
-           "build_top", "export_verilog", "register_bits"]
+__all__ = ["DEFAULT_ADDER_LEVELS", "LOWERING", "REFUSED", "CircuitPlan", "HdlError", "ModelTop",
+           "ReusePlan", "build_top", "export_verilog", "plan_top", "register_bits",
+           "resolve_plan"]

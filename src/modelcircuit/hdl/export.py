@@ -22,6 +22,7 @@ from typing import Any
 from ..graphs.compiled import CompiledGraph
 from .errors import HdlError
 from .names import check_top_name
+from .plan.circuit import CircuitPlan, resolve_plan
 from .plan.reuse import Reuse
 from .units.netlist_text import CoreSet, text_cores
 from .vector.top import build_top
@@ -46,11 +47,12 @@ def register_bits(rtlil_text: str) -> int:
 CORES = ("text", "amaranth")
 
 
-def convert(compiled: CompiledGraph, reuse: Reuse | str | None = None,
+def convert(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = None,
             top_name: str = "top", adder_levels: int | None = None,
             pipeline: str | None = None, cores: str = "text") -> tuple[str, str, dict[str, Any]]:
-    """(verilog text, rtlil text, info) in memory. `reuse`: a resolved plan (hdl/plan/reuse.py;
-    `--reuse auto` is resolved first by the FPGA flow, hdl/flow/fit.plan_reuse).
+    """(verilog text, rtlil text, info) in memory. `reuse`: the circuit plan
+    (hdl/plan/circuit.py; `--reuse auto` is fitted first by the FPGA flow,
+    hdl/flow/fit.plan_circuit), or what resolve_plan takes.
 
     `cores`: "text" (default) writes the R = 1 Dense cores as Verilog and RTLIL text
     modules `<top>__core<n>` (hdl/units/netlist_text.py: the same circuit, several times faster to
@@ -65,14 +67,15 @@ def convert(compiled: CompiledGraph, reuse: Reuse | str | None = None,
         raise HdlError(f"cores must be one of {', '.join(CORES)}, got {cores!r}")
     os.environ["AMARANTH_USE_YOSYS"] = "builtin"
     t0 = time.perf_counter()
-    top, info = build_top(compiled, reuse, adder_levels, pipeline)
+    plan = resolve_plan(compiled, reuse, pipeline, adder_levels)
+    top, info = build_top(compiled, plan)
     with _cores(cores, top_name) as cs:
         il = rtlil.convert(top, name=top_name, emit_src=False)
     to_verilog = getattr(verilog, "_convert_rtlil_text", None)
     if to_verilog is not None:  # what verilog.convert does, without elaborating twice
         v = to_verilog(il)
     else:
-        top, _ = build_top(compiled, reuse, adder_levels, pipeline)
+        top, _ = build_top(compiled, plan)
         with _cores(cores, top_name) as cs:
             v = verilog.convert(top, name=top_name, emit_src=False)
     if cs is not None and cs.verilog_texts:
@@ -99,7 +102,7 @@ def _cores(cores: str, top_name: str) -> Iterator[CoreSet | None]:
 
 
 def export_verilog(compiled: CompiledGraph, out_dir: str | os.PathLike[str],
-                   reuse: Reuse | str | None = None, top_name: str = "top",
+                   reuse: CircuitPlan | Reuse | str | None = None, top_name: str = "top",
                    adder_levels: int | None = None, pipeline: str | None = None,
                    cores: str = "text") -> dict[str, Any]:
     """Write <top>.v, <top>.il and <top>.json (ports, packing, latency, II) into out_dir.

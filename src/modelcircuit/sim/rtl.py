@@ -183,7 +183,7 @@ def export_model(compiled: Any, reuse: Any, folder: Path) -> tuple[Path, dict[st
     """The model's Verilog and its port/timing description, regenerated only on change.
     Caller holds the folder's lock."""
     from ..hdl import export_verilog
-    from ..hdl.flow import plan_reuse
+    from ..hdl.flow import plan_circuit
 
     hdl_dir = folder / "hdl"
     key = _sha(compiled.graph_id, _reuse_tag(reuse), hdl_fingerprint())
@@ -192,7 +192,7 @@ def export_model(compiled: Any, reuse: Any, folder: Path) -> tuple[Path, dict[st
     if not (stamp.exists() and stamp.read_text() == key and v.exists() and js.exists()):
         if hdl_dir.exists():
             shutil.rmtree(hdl_dir)
-        export_verilog(compiled, hdl_dir, reuse=plan_reuse(compiled, reuse), top_name=TOP)
+        export_verilog(compiled, hdl_dir, reuse=plan_circuit(compiled, reuse), top_name=TOP)
         stamp.write_text(key)
     return v, json.loads(js.read_text())
 

@@ -9,7 +9,7 @@ flow (tests/test_layering.py).
     nextpnr.py   place and route, and what its failures mean
     reports.py   reading the tools' output; the report and its text table
     estimate.py  the resource estimate of the Dense layers, before synthesis
-    fit.py       --reuse auto (fit_reuse, plan_reuse) and the check of an explicit reuse
+    fit.py       --reuse auto (fit_reuse, plan_circuit) and the check of an explicit reuse
     boards.py    board builds (amaranth-boards platforms, the UART wrapper)
     build.py     the model-level entry points: build, run_flow, plan_build
 """
@@ -19,10 +19,10 @@ from __future__ import annotations
 from .boards import BOARDS, board_for
 from .build import build, plan_build, run_flow, run_model
 from .devices import fpga_profile
-from .fit import FitError, FitPlan, check_plan, fit_reuse, plan_reuse
+from .fit import FitError, FitPlan, check_plan, fit_reuse, plan_circuit
 from .reports import text_table
 from .tools import DoesNotFit, FlowError, ToolError
 
 __all__ = ["BOARDS", "DoesNotFit", "FitError", "FitPlan", "FlowError", "ToolError", "board_for",
-           "build", "check_plan", "fit_reuse", "fpga_profile", "plan_build", "plan_reuse",
+           "build", "check_plan", "fit_reuse", "fpga_profile", "plan_build", "plan_circuit",
            "run_flow", "run_model", "text_table"]

@@ -14,7 +14,6 @@ bitstream behind.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -22,30 +21,33 @@ from typing import Any
 
 from ...graphs.ops import Op
 from ...util.atomic import atomic_dir
-from ..plan.reuse import resolve_reuse
-from ..plan.schedule import default_schedule, resolve_schedule
+from ..plan.circuit import CircuitPlan, resolve_plan
+from ..plan.reuse import ReusePlan, resolve_reuse
+from ..plan.schedule import default_schedule
 from ..vector.top import build_top
 from .devices import family, fpga_profile
-from .fit import FitPlan, check_plan, fit_reuse
+from .fit import FitPlan, check_plan, choose_strategy, fit_reuse
 from .nextpnr import clock_mhz, place_and_route
 from .reports import report, stable, write_reports
 from .tools import FitError, Progress, Runner
 from .yosys import check_fit, dsp_budget_for, synthesize, write_design
 
-Preflight = tuple[dict[str, int], "dict[str, Any] | None", FitPlan]
-
 
 def plan_build(compiled: Any, prof: dict[str, Any], reuse: Any = None,
-               pipeline: str | None = None, adder_levels: int | None = None) -> Preflight:
-    """The reuse plan of a build on `prof`, checked before any elaboration or synthesis:
-    the register schedule (schedule.resolve_schedule), the HDL backend's size limits
-    (reuse.resolve_reuse) and the fit estimate: "auto" is fit.fit_reuse (FitError when no
-    reuse fits), an explicit reuse whose estimate exceeds the device is refused
-    (fit.check_plan). Returns (reuse per Dense node, the fit block when auto, the estimate
-    as a fit.FitPlan)."""
+               pipeline: str | None = None, adder_levels: int | None = None
+               ) -> tuple[CircuitPlan, FitPlan]:
+    """The circuit plan of a build on `prof`, checked before any elaboration or synthesis:
+    the register schedule (default: the device's, schedule.default_schedule: "area" on
+    iCE40, "fmax" on ECP5), the HDL backend's size limits and the fit estimate: "auto" is
+    fit.fit_reuse (FitError when no reuse fits), an explicit reuse whose estimate exceeds
+    the device is refused (fit.check_plan); `--strategy auto` picks per layer for this
+    device. A CircuitPlan given (the export's) is only checked against the device. Returns
+    (the plan, the estimate as a fit.FitPlan)."""
+    if isinstance(reuse, CircuitPlan):
+        return reuse, check_plan(compiled, prof, dict(reuse.reuse), reuse.schedule_name)
     if pipeline is None:
         pipeline = default_schedule(prof["name"])
-    resolve_schedule(compiled, pipeline, adder_levels)  # a bad schedule option fails first
+    resolve_plan(compiled, 1, pipeline, adder_levels)  # a bad schedule option fails first
     if reuse is None:
         reuse = compiled.options.get("reuse", 1) if hasattr(compiled, "options") else 1
     if isinstance(reuse, str) and reuse == "auto":
@@ -55,9 +57,14 @@ def plan_build(compiled: Any, prof: dict[str, Any], reuse: Any = None,
         why = refusal(compiled, fp)
         if why:
             raise FitError(why)
-        return resolve_reuse(compiled, fp.reuse), fp.to_json(), fp
-    plan = resolve_reuse(compiled, reuse)
-    return plan, None, check_plan(compiled, prof, plan, pipeline)
+        layers, fit = resolve_reuse(compiled, fp.reuse), fp.to_json()
+    else:
+        layers, fit = resolve_reuse(compiled, reuse), None
+        fp = check_plan(compiled, prof, layers, pipeline)
+    strategy = (choose_strategy(compiled, prof, layers)
+                if compiled.options.get("strategy") == "auto" else None)
+    plan = resolve_plan(compiled, ReusePlan(layers, fit, strategy), pipeline, adder_levels)
+    return plan, fp
 
 
 def _say_estimate(runner: Runner, prof: dict[str, Any], plan: dict[str, int],
@@ -94,21 +101,6 @@ def run_component(component: Any, prof: dict[str, Any], out: Path, runner: Runne
         shutil.move(str(work / "top.bin"), out / "top.bin")
         files["bitstream"] = "top.bin"
     return report(prof, st, pnr, runner, ooc=True, board=None, files=files)
-
-
-def model_component(compiled: Any, reuse: Any, pipeline: str | None = None,
-                    adder_levels: int | None = None, prof: dict[str, Any] | None = None
-                    ) -> tuple[Any, dict[str, Any]]:
-    """The model for the FPGA flow (`reuse`: a resolved plan). Default register schedule:
-    the device's (schedule.default_schedule: "area" on iCE40, "fmax" on ECP5)."""
-    if pipeline is None:
-        pipeline = default_schedule(prof["name"] if prof else getattr(compiled, "profile", None))
-    if prof and isinstance(reuse, dict) and compiled.options.get("strategy") == "auto":
-        from ..plan.reuse import ReusePlan
-        from .fit import choose_strategy  # `--strategy auto`: per layer, for this device
-
-        reuse = ReusePlan(reuse, None, choose_strategy(compiled, prof, reuse))
-    return build_top(compiled, reuse=reuse, adder_levels=adder_levels, pipeline=pipeline)
 
 
 def wrap_uart(core: Any, info: dict[str, Any], clk_hz: float, baud: int = 115200) -> Any:
@@ -157,25 +149,26 @@ def _place(core: Any, info: dict[str, Any], prof: dict[str, Any], out: Path, run
 def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
               board: str | None = None, progress: Progress = None,
               target_mhz: float | None = None, pipeline: str | None = None,
-              adder_levels: int | None = None, preflight: Preflight | None = None
-              ) -> dict[str, Any]:
+              adder_levels: int | None = None,
+              preflight: tuple[CircuitPlan, FitPlan] | None = None) -> dict[str, Any]:
     """Out-of-context (board=None) or board build of a compiled model into `out` (which
     must be a fresh directory). Writes report.json, report.txt, logs/. Returns the report.
     `preflight`: what plan_build returned for these arguments (else it is run here, before
     anything is written)."""
     if preflight is None:  # before anything is written or elaborated
         preflight = plan_build(compiled, prof, reuse, pipeline, adder_levels)
-    plan, fit, fp = preflight
+    plan, fp = preflight
+    layers, fit = dict(plan.reuse), plan.fit
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runner = Runner(out / "logs", progress)
-    _say_estimate(runner, prof, plan, fit, fp)
-    core, info = model_component(compiled, plan, pipeline, adder_levels, prof)
+    _say_estimate(runner, prof, layers, fit, fp)
+    core, info = build_top(compiled, plan)
     asked = reuse if reuse is not None else compiled.options.get("reuse", 1)
     if fit is None and isinstance(asked, int) and not isinstance(asked, bool):
         plan_shown: Any = asked  # a single explicit reuse is reported as given
     else:
-        plan_shown = plan
+        plan_shown = layers
     what = f"model {getattr(compiled.graph, 'name', '?')} (reuse {plan_shown})"
     rep = _place(core, info, prof, out, runner, what, board, target_mhz,
                  dsp_budget_for(compiled))
@@ -196,23 +189,15 @@ def run_model(compiled: Any, prof: dict[str, Any], out: Path, reuse: Any = None,
     return rep
 
 
-def run_flow(compiled: Any, hdl_dir: Path, fpga_dir: Path, progress: Progress = None,
-             reuse: Any = None, device: str | None = None) -> dict[str, Any]:
+def run_flow(compiled: Any, plan: CircuitPlan, fpga_dir: Path, progress: Progress = None,
+             device: str | None = None) -> dict[str, Any]:
     """`compile --target fpga`: out-of-context flow for the compiled model's profile into
-    fpga_dir (inside the artifact's temp dir, so atomic with it). Returns the deterministic
-    part of the report for the manifest."""
+    fpga_dir (inside the artifact's temp dir, so atomic with it), built with the plan the
+    export was made with (the same circuit). Returns the deterministic part of the report
+    for the manifest."""
     prof = fpga_profile(device or getattr(compiled, "profile", None))
-    js = Path(hdl_dir) / "top.json"
-    pipeline, levels = None, None
-    if js.exists():  # build what export_verilog wrote: its per-layer reuse and schedule
-        d = json.loads(js.read_text())
-        pipeline, levels = d.get("pipeline", pipeline), d.get("adder_levels")
-        if reuse is None:
-            plan = {lay["node"]: int(lay["reuse"]) for lay in d.get("layers", [])
-                    if lay.get("op") in (Op.DENSE, Op.CONV)}
-            reuse = plan or None
-    rep = run_model(compiled, prof, Path(fpga_dir), reuse=reuse, progress=progress,
-                    pipeline=pipeline, adder_levels=levels)
+    rep = run_model(compiled, prof, Path(fpga_dir), reuse=dict(plan.reuse), progress=progress,
+                    preflight=plan_build(compiled, prof, plan))
     return stable(rep)
 
 

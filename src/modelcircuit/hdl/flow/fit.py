@@ -20,8 +20,10 @@ iCE40 at 0.85 of its cells (digits at 81 % placed and routed in 27 s, 37 MHz). E
 of its LUTs: the jet tagger at 79 % (66.6k COMB) placed in 18 min and had not routed after
 20 more.
 
-`plan_reuse` is what every caller of the circuit uses: it resolves "auto" against the
-compiled graph's FPGA profile and hands the circuit a plan (hdl/plan/reuse.py ReusePlan).
+`plan_circuit` is what every caller of the circuit without a device of its own uses (the
+export, verify's RTL): it fits "auto" against the compiled graph's FPGA profile and returns
+the circuit plan (hdl/plan/circuit.py, resolved there once). A build for a device plans
+through hdl/flow/build.py `plan_build`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 from ...graphs.ops import LINEAR
 from ...graphs.profiles import all_profiles
 from ..errors import HdlError
+from ..plan.circuit import CircuitPlan, resolve_plan
 from ..plan.fold import coef_width, size_bound
 from ..plan.reuse import Reuse, ReusePlan
 from ..plan.schedule import SCHEDULES, family_schedule
@@ -338,11 +341,14 @@ def fit_profile(compiled: Any) -> dict[str, Any]:
     return dict(p, name=name)
 
 
-def plan_reuse(compiled: Any, reuse: Reuse | str | None = None) -> Reuse | str:
-    """What the circuit is built with (build_top, export_verilog): `reuse` as given (None:
-    the compiled graph's reuse option), except "auto", which becomes the plan of fit_reuse
-    for the compiled graph's FPGA profile (fit_profile) with its fit block (ReusePlan).
-    The circuit validates the plan."""
+def plan_circuit(compiled: Any, reuse: Reuse | str | None = None, pipeline: str | None = None,
+                 adder_levels: int | None = None) -> CircuitPlan:
+    """The circuit plan (hdl/plan/circuit.resolve_plan) for `reuse` as given (None: the
+    compiled graph's reuse option), except "auto", which becomes the plan of fit_reuse for
+    the compiled graph's FPGA profile (fit_profile) with its fit block; `--strategy auto`
+    picks per layer for that profile when it is an FPGA."""
+    if isinstance(reuse, CircuitPlan):
+        return resolve_plan(compiled, reuse, pipeline, adder_levels)
     if reuse is None:
         reuse = compiled.options.get("reuse", 1)
     auto_strategy = compiled.options.get("strategy") == "auto"
@@ -350,16 +356,16 @@ def plan_reuse(compiled: Any, reuse: Reuse | str | None = None) -> Reuse | str:
         check_io(compiled.graph)  # the circuit's first refusal comes first, as before
         prof = fit_profile(compiled)
         fp = fit_reuse(compiled, prof)
-        return ReusePlan(dict(fp.reuse), fp.to_json(),
-                         choose_strategy(compiled, prof, fp.reuse) if auto_strategy else None)
-    if auto_strategy and not isinstance(reuse, (ReusePlan, str)) and _is_fpga(compiled):
+        reuse = ReusePlan(dict(fp.reuse), fp.to_json(),
+                          choose_strategy(compiled, prof, fp.reuse) if auto_strategy else None)
+    elif auto_strategy and not isinstance(reuse, (ReusePlan, str)) and _is_fpga(compiled):
         check_io(compiled.graph)
         names = [lay["node"] for lay in dense_layers(compiled)]
         plan = ({n: reuse.get(n, 1) for n in names} if isinstance(reuse, Mapping)
                 else {n: reuse for n in names})
-        return ReusePlan(plan, None, choose_strategy(compiled, fit_profile(compiled),
-                                                     {n: int(r) for n, r in plan.items()}))
-    return reuse
+        reuse = ReusePlan(plan, None, choose_strategy(compiled, fit_profile(compiled),
+                                                      {n: int(r) for n, r in plan.items()}))
+    return resolve_plan(compiled, reuse, pipeline, adder_levels)
 
 
 def _is_fpga(compiled: Any) -> bool:

@@ -196,19 +196,10 @@ def design_timing(compiled: Any, plan: dict[str, int], pipeline: str | None = No
 def stream_design(compiled: Any, plan: dict[str, int], pipeline: str | None = None) -> Any:
     """The streamed design (hdl/streamed/lower.py build_design) for a plan and register schedule
     (None: the compiled graph's), not elaborated."""
-    from ..plan.schedule import resolve_schedule
-    from ..streamed.lower import build_design
-    from ..vector.lower import Options
+    from ..plan.circuit import resolve_plan
+    from ..streamed.lower import StreamModel
 
-    _, sched = resolve_schedule(compiled, pipeline, None)
-    strategy = compiled.options.get("strategy", "mult")
-    d, _, _ = build_design(compiled.graph, Options(plan, sched.adder_levels, sched,
-                                                   "da" if strategy == "auto" else strategy))
-    for _, u, _ in d.units:  # only measured, never elaborated: no "unused" warnings
-        for obj in (u, getattr(u, "inner", None), getattr(u, "unit", None)):
-            if obj is not None:
-                obj._MustUse__used = True
-    return d
+    return StreamModel(compiled, resolve_plan(compiled, plan, pipeline)).design
 
 
 def _stream_layer(lut: int, ff: int, bram: int) -> Any:

@@ -3,7 +3,7 @@
 The circuit takes a resolved plan: one reuse for every Dense layer (an int), a factor per
 layer (a mapping; missing layers take 1), or a `ReusePlan` (a mapping plus the fit block
 that `--reuse auto` reports). "auto" is not resolved here: the FPGA flow fits it to a device
-(hdl/flow/fit.py, `plan_reuse`) and hands the circuit the plan. Every plan is validated and
+(hdl/flow/fit.py, `plan_circuit`) and hands the circuit the plan. Every plan is validated and
 checked against the HDL backend's size limits (hdl/plan/size.py) before anything is elaborated.
 """
 
@@ -47,14 +47,14 @@ def _check(r: Any, where: str, limit: int) -> int:
 
 def resolve_reuse(compiled: Any, reuse: Reuse | str) -> dict[str, int]:
     """Dense node name -> validated reuse factor, within the size limits. A string must be
-    an integer's text; "auto" is refused (the flow resolves it: hdl/flow/fit.plan_reuse)."""
+    an integer's text; "auto" is refused (the flow resolves it: hdl/flow/fit.plan_circuit)."""
     if isinstance(reuse, ReusePlan):
         reuse = reuse.layers
     dense = dense_weights(compiled.graph)
     if isinstance(reuse, str):
         if reuse == "auto":
             raise HdlError("reuse 'auto' is fitted to a device by the FPGA flow before the "
-                           "circuit is built (modelcircuit.hdl.flow.plan_reuse); the circuit "
+                           "circuit is built (modelcircuit.hdl.flow.plan_circuit); the circuit "
                            "takes the plan it returns")
         try:
             reuse = int(reuse)

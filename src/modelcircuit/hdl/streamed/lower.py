@@ -40,6 +40,7 @@ from ...graphs.ops import (
 from ...graphs.types import FixedType
 from ..errors import HdlError
 from ..names import instance_name
+from ..plan.circuit import CircuitPlan
 from ..units.arith import check_fixed, requantize
 from ..units.dense import Dense
 from ..units.elementwise import Elementwise
@@ -373,41 +374,35 @@ def build_design(g: Graph, opt: Options) -> tuple[StreamDesign, list[int], list[
 
 
 class StreamModel:
-    """Builds the streamed model's top (hdl/streamed/units.py `StreamTop`) from a compiled graph, as
-    hdl/vector/top.py `ModelTop` does for whole-vector models: the register schedule, the reuse
-    plan (Dense and Conv nodes), then `build_design`."""
+    """The streamed model as data, from a `CircuitPlan` (hdl/plan/circuit.py), as
+    hdl/vector/top.py `VectorDesign` is for whole-vector models: the design (units as plans),
+    its compile-time schedule (hdl/streamed/top.py `schedule`) and ports. Nothing is built:
+    `component()` is the top-level `StreamTop`."""
 
-    def __init__(self, compiled: Any, reuse: Any = None, adder_levels: int | None = None,
-                 pipeline: str | None = None):
-        from ..plan.reuse import ReusePlan, resolve_reuse
-        from ..plan.schedule import resolve_schedule
-        from .top import StreamTop
+    def __init__(self, compiled: Any, plan: CircuitPlan):
+        from .top import schedule
 
         g = compiled.graph
-        self.schedule, sched = resolve_schedule(compiled, pipeline, adder_levels)
-        if reuse is None:
-            reuse = compiled.options.get("reuse", 1)
-        plan = resolve_reuse(compiled, reuse)
-        self.fit = reuse.fit if isinstance(reuse, ReusePlan) else None
-        self.adder_levels = sched.adder_levels
-        # the Dense strategy per layer, as hdl/vector/top.py ModelTop resolves it (a Conv's window
-        # Dense takes its node's)
-        strategy = compiled.options.get("strategy", "mult")
-        if isinstance(reuse, ReusePlan) and getattr(reuse, "strategy", None) is not None:
-            strategy = dict(reuse.strategy)
-        elif strategy == "auto":
-            strategy = "da"
-        self.strategy = strategy
-        design, self.in_shape, self.out_shape = build_design(
-            g, Options(plan, sched.adder_levels, sched, strategy))
-        self.top = StreamTop(design)
+        self.plan = plan
+        self.schedule = plan.schedule_name
+        self.fit = plan.fit
+        self.adder_levels = plan.adder_levels
+        self.strategy = plan.strategy
+        self.design, self.in_shape, self.out_shape = build_design(
+            g, Options(plan.reuse, plan.adder_levels, plan.schedule, plan.strategy))
+        self.timing = schedule(self.design)
         self.graph = g
+
+    def component(self) -> Any:
+        from .top import StreamTop
+
+        return StreamTop(self.design, self.timing)
 
     def info(self) -> dict[str, Any]:
         from .top import design_info
 
         g = self.graph
-        return {**design_info(self.top, self.in_shape, self.out_shape, g.inputs[0],
-                              g.outputs[0]),
+        return {**design_info(self.design, self.timing, self.in_shape, self.out_shape,
+                              g.inputs[0], g.outputs[0]),
                 "pipeline": self.schedule, "adder_levels": self.adder_levels,
                 **({"fit": self.fit} if self.fit is not None else {})}

@@ -16,6 +16,7 @@ from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..errors import HdlError
+from ..units.base import circuit
 from .units import Step, SUnit, Tok
 
 TIMING_FRAMES = 3  # frames the event model runs (latency per frame, FIFO levels)
@@ -170,7 +171,7 @@ class StreamTop(wiring.Component):
         d, tm = self.design, self.timing
         consumers: dict[int, list[Any]] = {}
         for ui, (name, u, srcs) in enumerate(d.units):
-            m.submodules[name] = u
+            m.submodules[name] = circuit(u)
             for k, s in enumerate(srcs):
                 width = d.input.width if s == INPUT else d.units[s][1].out.width
                 fcls = SyncFIFOBuffered if (ui, k) in tm.buffered else SyncFIFO
@@ -233,9 +234,8 @@ def tok_packing(tok: Tok, port: str, shape: Sequence[int], tensor: str) -> dict[
                      "least significant; two's complement codes, value = code * 2**-frac_bits"}
 
 
-def design_info(top: StreamTop, in_shape: Sequence[int], out_shape: Sequence[int],
-                in_name: str, out_name: str) -> dict[str, Any]:
-    d, tm = top.design, top.timing
+def design_info(d: StreamDesign, tm: Timing, in_shape: Sequence[int],
+                out_shape: Sequence[int], in_name: str, out_name: str) -> dict[str, Any]:
     layers = []
     for ui, (name, u, srcs) in enumerate(d.units):
         layers.append({"instance": name, "sources": srcs,

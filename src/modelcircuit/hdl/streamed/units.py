@@ -45,14 +45,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import stream, wiring
+from amaranth.lib import stream
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ...graphs.types import FixedType
 from ..errors import HdlError
 from ..units.arith import requantize
-from ..units.base import Unit
+from ..units.base import Planned, Unit, circuit
 
 
 @dataclass(frozen=True)
@@ -71,21 +71,24 @@ class Tok:
 Step = tuple[tuple[bool, ...], bool, int]  # (consumes input k?, emits?, cycles)
 
 
-class SUnit(wiring.Component):
-    """Base of the stream units. Ports: en In(1); i<k> In(stream.Signature) per input
-    (payload/valid from the FIFO, ready = consume); y Out(width), push Out(1) (qualified by
-    en; the top guarantees room)."""
+class SUnit(Planned):
+    """Base of the stream units (a plan, as hdl/units/base.py `Unit`; its component is
+    `circuit(unit)`). Ports: en In(1); i<k> In(stream.Signature) per input (payload/valid
+    from the FIFO, ready = consume); y Out(width), push Out(1) (qualified by en; the top
+    guarantees room)."""
 
     lat: int = 1
 
     def __init__(self, ins: Sequence[Tok], out: Tok):
         self.ins, self.out = list(ins), out
+
+    def members(self) -> dict[str, Any]:
         sig: dict[str, Any] = {"en": In(1)}
         for k, t in enumerate(self.ins):
             sig[f"i{k}"] = In(stream.Signature(t.width))
-        sig["y"] = Out(out.width)
+        sig["y"] = Out(self.out.width)
         sig["push"] = Out(1)
-        super().__init__(sig)
+        return sig
 
     def steps(self) -> Iterator[Step]:  # one frame
         raise NotImplementedError
@@ -160,7 +163,8 @@ class MapUnit(SUnit):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        m.submodules.unit = u = self.unit
+        m.submodules.unit = circuit(self.unit)
+        u = self.unit
         fire = self._issue(m, [1] * len(self.ins), max(1, u.ii) - 1)
         m.d.comb += [u.en.eq(self.en), u.start.eq(fire)]
         for k in range(len(self.ins)):
@@ -258,7 +262,8 @@ class WindowUnit(SUnit):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         g, en, port = self.geo, self.en, self.i0
-        m.submodules.inner = inner = self.inner
+        m.submodules.inner = circuit(self.inner)
+        inner = self.inner
         r = Signal(range(max(2, g.hp)), name="row")
         c = Signal(range(max(2, g.wp)), name="col")
         rmask = sum(1 << i for i in range(g.hp) if g.row_emits(i))

@@ -1,5 +1,12 @@
 """`Unit`, the base class of every lowered op's circuit (the concrete units: dense.py for
-Dense, units.py for the others). A unit is a `wiring.Component` with ports
+Dense, elementwise.py and softmax.py for the others), and `Circuit`, its component.
+
+A unit is a plan: its latency, II, reuse and sizes are data, decided in `__init__` without
+building anything, so a design's whole schedule (and the fit, the estimate, inspect) is
+known before elaboration and planning builds no component (Amaranth warns about every
+component that is never elaborated). `circuit(unit)` makes its `wiring.Component` when the
+design is elaborated; the component's ports are bound on the unit, whose `elaborate` builds
+the logic. The ports:
 
     en    In(1)        global clock enable (the whole pipeline stalls together; 1 under
                        credit flow control, hdl/vector/top.py)
@@ -14,6 +21,7 @@ so the top level knows the whole schedule before elaboration.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from amaranth.hdl import Module, Signal, Value
 from amaranth.lib import wiring
@@ -23,7 +31,35 @@ from ...graphs.types import FixedType
 from .arith import fit, shape_of
 
 
-class Unit(wiring.Component):
+class Planned:
+    """A unit's plan; `members()` are its component's ports (hdl/units/base.py `Circuit`)."""
+
+    def members(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def elaborate(self, platform: object) -> Module:
+        raise NotImplementedError
+
+
+class Circuit(wiring.Component):
+    """The component of a planned unit: its ports, bound on the unit, and the unit's logic."""
+
+    def __init__(self, unit: Planned):
+        self.unit = unit
+        super().__init__(unit.members())
+        for name in self.signature.members:  # the latest circuit's ports: one conversion
+            setattr(unit, name, getattr(self, name))  # elaborates each plan once
+
+    def elaborate(self, platform: object) -> Module:
+        return self.unit.elaborate(platform)
+
+
+def circuit(unit: Planned) -> Circuit:
+    """The unit's component (made once, when its design is elaborated)."""
+    return Circuit(unit)
+
+
+class Unit(Planned):
     latency: int = 1
     ii: int = 1
     reuse: int = 1
@@ -33,11 +69,13 @@ class Unit(wiring.Component):
     def __init__(self, ins: Sequence[tuple[FixedType, int]], out: tuple[FixedType, int]):
         self.in_specs = list(ins)
         self.out_spec = out
-        sig = {"en": In(1), "start": In(1)}
+
+    def members(self) -> dict[str, Any]:
+        sig: dict[str, Any] = {"en": In(1), "start": In(1)}
         for k, (t, n) in enumerate(self.in_specs):
             sig[f"x{k}"] = In(max(1, t.width * n))
-        sig["y"] = Out(max(1, out[0].width * out[1]))
-        super().__init__(sig)
+        sig["y"] = Out(max(1, self.out_spec[0].width * self.out_spec[1]))
+        return sig
 
     # -- helpers for elaborate ---------------------------------------------------------
     def inputs(self, k: int = 0) -> list[Value]:

@@ -34,13 +34,15 @@ from amaranth.lib.wiring import In, Out
 from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
 from ..names import instance_name
-from ..plan.reuse import Reuse, ReusePlan, resolve_reuse
-from ..plan.schedule import DEFAULT_ADDER_LEVELS, FPGA_ADDER_LEVELS, resolve_schedule
+from ..plan.circuit import CircuitPlan, resolve_plan
+from ..plan.reuse import Reuse
+from ..plan.schedule import DEFAULT_ADDER_LEVELS, FPGA_ADDER_LEVELS
 from ..units.arith import check_fixed
-from ..units.base import Unit
+from ..units.base import Unit, circuit
 from .lower import Options, lower_node
 
-__all__ = ["DEFAULT_ADDER_LEVELS", "FPGA_ADDER_LEVELS", "ModelTop", "build_top", "check_io"]
+__all__ = ["DEFAULT_ADDER_LEVELS", "FPGA_ADDER_LEVELS", "ModelTop", "VectorDesign", "build_top",
+           "check_io", "plan_top"]
 
 
 def check_io(g: Any) -> None:
@@ -60,32 +62,22 @@ def _packing(g: Any, name: str, port: str) -> dict[str, Any]:
                      "two's complement codes, value = code * 2**-frac_bits"}
 
 
-class ModelTop(wiring.Component):
-    """The model. `reuse`: a resolved plan (hdl/plan/reuse.py; None: the compiled graph's reuse
-    option, which must not be "auto": the FPGA flow resolves that, hdl/flow/fit.plan_reuse).
-    `pipeline`: the register schedule's name (hdl/plan/schedule.py; None: the profile's default)."""
+class VectorDesign:
+    """The whole-vector model as data: every node's unit (a plan, hdl/units/base.py), its
+    start time, the latency, the II and the output FIFO's credits, from a `CircuitPlan`
+    (hdl/plan/circuit.py). Nothing is built: `ModelTop(design)` is the component."""
 
-    def __init__(self, compiled: CompiledGraph, reuse: Reuse | str | None = None,
-                 adder_levels: int | None = None, pipeline: str | None = None):
+    def __init__(self, compiled: CompiledGraph, plan: CircuitPlan):
         g = compiled.graph
         check_io(g)
-        self.schedule, sched = resolve_schedule(compiled, pipeline, adder_levels)
+        sched = plan.schedule
+        self.plan = plan
+        self.schedule = plan.schedule_name
         self.lean = sched.lean
         self.adder_levels = sched.adder_levels
-        if reuse is None:
-            reuse = compiled.options.get("reuse", 1)
-        plan = resolve_reuse(compiled, reuse)
-        self.fit = reuse.fit if isinstance(reuse, ReusePlan) else None
-        # Dense strategy: the plan's per-layer choice (the flow resolves "auto" for an FPGA
-        # profile, hdl/flow/fit.plan_reuse), else the compiled option; "auto" without a
-        # device: adder graphs (no DSP budget to spend)
-        strategy = compiled.options.get("strategy", "mult")
-        if isinstance(reuse, ReusePlan) and reuse.strategy is not None:
-            strategy = dict(reuse.strategy)
-        elif strategy == "auto":
-            strategy = "da"
-        self.strategy = strategy
-        opt = Options(plan, sched.adder_levels, sched, strategy)
+        self.fit = plan.fit
+        self.strategy = plan.strategy
+        opt = Options(plan.reuse, sched.adder_levels, sched, plan.strategy)
         self.graph = g
         self.units: list[tuple[str, Any, Unit, int]] = []  # (instance, node, unit, start time)
         time = {g.inputs[0]: 0}
@@ -106,8 +98,6 @@ class ModelTop(wiring.Component):
         self.credits = max(2, -(-self.latency // self.ii) + 1) if sched.credits else 0
         self.input_info = _packing(g, g.inputs[0], "i__payload")
         self.output_info = _packing(g, g.outputs[0], "o__payload")
-        super().__init__({"i": In(stream.Signature(self.input_info["width"])),
-                          "o": Out(stream.Signature(self.output_info["width"]))})
 
     def info(self) -> dict[str, Any]:
         layers = []
@@ -127,6 +117,21 @@ class ModelTop(wiring.Component):
             "handshake": "valid/ready; a transfer happens on a rising clk edge with valid and "
                          "ready both high; o__valid does not depend on o__ready",
         }
+
+    def component(self) -> ModelTop:
+        return ModelTop(self)
+
+
+class ModelTop(wiring.Component):
+    """The model's component, built from its `VectorDesign`."""
+
+    def __init__(self, design: VectorDesign):
+        self.design = design
+        self.graph, self.units, self.lean = design.graph, design.units, design.lean
+        self.latency, self.ii, self.credits = design.latency, design.ii, design.credits
+        self.output_info = design.output_info
+        super().__init__({"i": In(stream.Signature(design.input_info["width"])),
+                          "o": Out(stream.Signature(design.output_info["width"]))})
 
     def _valid(self, m: Module, en: Signal, accept: Signal) -> dict[int, Value]:
         """The input handshake delayed to every time a unit starts and to the output:
@@ -257,7 +262,7 @@ class ModelTop(wiring.Component):
             return stages[t]
 
         for inst, node, unit, t0 in self.units:
-            m.submodules[inst] = unit
+            m.submodules[inst] = circuit(unit)
             m.d.comb += [unit.en.eq(en), unit.start.eq(valid[t0])]
             for k, a in enumerate(self.graph.activations(node)):
                 m.d.comb += getattr(unit, f"x{k}").eq(get(a, t0))
@@ -294,20 +299,30 @@ def delay_pulse(m: Module, en: Value, pulse: Value, d: int, slots: int, name: st
     return out
 
 
-def build_top(compiled: CompiledGraph, reuse: Reuse | str | None = None,
-              adder_levels: int | None = None, pipeline: str | None = None
-              ) -> tuple[ModelTop, dict[str, Any]]:
-    """The model's top-level component and its schedule (latency, II, per-layer figures,
-    port packing; for a plan of `--reuse auto`, its fit block under "fit"). `reuse`: a
-    resolved plan (hdl/plan/reuse.py). adder_levels / pipeline (the register schedule): None =
-    the default for the compiled graph's target (schedule.resolve_schedule). Raises
-    HdlError for anything that cannot be lowered. A model with spatial ops (Conv, pools,
-    Resize) streams one pixel per handshake (hdl/streamed/units.py, hdl/streamed/lower.py); its info says
-    "streamed": true and gives the frame of each port."""
+def plan_top(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = None,
+             adder_levels: int | None = None, pipeline: str | None = None) -> dict[str, Any]:
+    """The model's schedule and sizes (latency, II, per-layer figures, port packing; for a
+    plan of `--reuse auto`, its fit block under "fit"), computed from the plan without
+    building any component: what the fit, the estimate, inspect and the tests read."""
+    return _design(compiled, resolve_plan(compiled, reuse, pipeline, adder_levels)).info()
+
+
+def _design(compiled: CompiledGraph, plan: CircuitPlan) -> Any:
     from ..streamed.lower import StreamModel, is_streamed
 
     if is_streamed(compiled.graph):
-        sm = StreamModel(compiled, reuse, adder_levels, pipeline)
-        return sm.top, sm.info()
-    top = ModelTop(compiled, reuse, adder_levels, pipeline)
-    return top, top.info()
+        return StreamModel(compiled, plan)
+    return VectorDesign(compiled, plan)
+
+
+def build_top(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = None,
+              adder_levels: int | None = None, pipeline: str | None = None
+              ) -> tuple[wiring.Component, dict[str, Any]]:
+    """The model's top-level component and its schedule (as plan_top). `reuse`: a
+    `CircuitPlan` (hdl/plan/circuit.py), or what resolve_plan takes (a reuse factor, a
+    per-layer mapping, the flow's ReusePlan) with the register schedule's adder_levels /
+    pipeline (None: the profile's default). Raises HdlError for anything that cannot be
+    lowered. A model with spatial ops (Conv, pools, Resize) streams one pixel per handshake
+    (hdl/streamed/); its info says "streamed": true and gives the frame of each port."""
+    design = _design(compiled, resolve_plan(compiled, reuse, pipeline, adder_levels))
+    return design.component(), design.info()
