@@ -226,10 +226,10 @@ REFUSED: dict[Op, str] = {
     Op.MAX_POOL: "a model with spatial ops streams pixels: hdl/streamed/lower.py lowers it",
     Op.AVG_POOL: "a model with spatial ops streams pixels: hdl/streamed/lower.py lowers it",
     Op.RESIZE: "a model with spatial ops streams pixels: hdl/streamed/lower.py lowers it",
-    Op.LSTM: "a recurrent layer streams one time step per handshake; its circuit "
-             "(hdl/units/recurrent.py, streamed style) is not built yet: golden and GPU run it",
-    Op.GRU: "a recurrent layer streams one time step per handshake; its circuit "
-            "(hdl/units/recurrent.py, streamed style) is not built yet: golden and GPU run it",
+    Op.LSTM: "a recurrent layer streams one time step per handshake: "
+             "hdl/streamed/recurrent.py lowers it",
+    Op.GRU: "a recurrent layer streams one time step per handshake: "
+            "hdl/streamed/recurrent.py lowers it",
 }
 
 
