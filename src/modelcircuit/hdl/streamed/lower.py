@@ -345,6 +345,11 @@ def _gather(lw: _Lowering, node: Node, inst: str) -> None:
     s, tok, px = lw.ins(node)[0]
     a = GatherAttrs.of(node)
     idx = a.index_array()
+    ishape = tuple(g.tensor(g.activations(node)[0]).shape)
+    if (not px and a.axis == 0 and ishape[:1] == (1,) and idx.size == 1
+            and _t(g, node.outputs[0], node) == tok.t):
+        lw.src[node.outputs[0]] = (s, tok, False)  # the only row of a vector: a new name
+        return
     if not px or a.axis != 0 or idx.size != 1 or _t(g, node.outputs[0], node) != tok.t:
         raise HdlError(f"{where}: a streamed Gather picks one token of a sequence (axis 0, "
                        "one index, the same type)")
@@ -374,6 +379,9 @@ def _vector(lw: _Lowering, node: Node, inst: str) -> None:
     per frame."""
     g, where = lw.g, _where(node)
     out, ins = node.outputs[0], lw.ins(node)
+    if node.op == Op.GATHER:  # of a vector: the trivial one (a squeeze), else refused
+        _gather(lw, node, inst)
+        return
     if node.op not in VECTOR_LOWERING:
         lower_node(g, node, lw.opt)  # raises the usual refusal
     if any(i[1].per_frame != 1 for i in ins):
