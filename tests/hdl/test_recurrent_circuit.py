@@ -195,3 +195,22 @@ def test_corrupted_expected_bit_fails(tmp_path, cache) -> None:
     assert not r["ok"] and not r["checks"]["bit_exact"]
     assert r["checks"]["first_mismatch"]["vector"] == 2
     assert r["checks"]["first_mismatch"]["element"] == 1
+
+
+def test_reuse_auto_folds_the_recurrent_layer_for_a_small_device(tmp_path) -> None:
+    """--reuse auto plans the gate MACs like any Dense: on an iCE40 UP5K (8 DSP, 5280
+    cells) a 64-unit-wide LSTM cannot run at reuse 1, so the plan folds it; the plan's
+    estimate is within the device's budget and its II is the circuit's step II."""
+    from modelcircuit.hdl.flow import plan_circuit
+
+    kw = dict(op="LSTM", t=8, f=4, h=8)
+    c = _compiled(kw, tmp_path, profile="ice40-up5k")
+    plan = plan_circuit(c, "auto")
+    assert plan.reuse["rnn"] > 1
+    fit = plan.fit
+    assert fit is not None and fit["reuse"]["rnn"] == plan.reuse["rnn"]
+    est, bud = fit["estimate"], fit["budget"]
+    assert est["dsp"] <= bud["dsp"] and est["lut"] <= bud["lut"]
+    info = plan_top(c, plan)
+    rnn = [u for u in info["layers"] if u["op"] == "LSTM"][0]
+    assert rnn["reuse"] == plan.reuse["rnn"] and info["ii"] == rnn["step_ii"]

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ...graphs.ops import LINEAR, ConvAttrs, DenseAttrs, Op
+from ...graphs.ops import LINEAR, RECURRENT, ConvAttrs, DenseAttrs, Op, attrs
 from ..plan.cmvm import csd
 from ..plan.fold import fold_multipliers, fold_shape
 from ..plan.schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
@@ -106,6 +106,9 @@ def dense_layers(compiled: Any) -> list[dict[str, Any]]:
     g = compiled.graph
     out = []
     for n in g.nodes:
+        if n.op in RECURRENT and n.inputs[1] in g.constants:
+            out.append(_recurrent_layer(g, n))
+            continue
         if n.op not in LINEAR or n.inputs[1] not in g.constants:
             continue
         w = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
@@ -122,6 +125,22 @@ def dense_layers(compiled: Any) -> list[dict[str, Any]]:
                     "ww": _width(g, n.inputs[1]), "wo": _width(g, n.outputs[0]),
                     "acc": accw + 1})
     return out
+
+
+def _recurrent_layer(g: Any, n: Any) -> dict[str, Any]:
+    """An LSTM / GRU as the Dense its circuit runs every step (hdl/streamed/recurrent.py):
+    [W; R] over x and h aligned to one binary point, the exact accumulator out (+2 bits)."""
+    from ..plan.size import dense_weights
+
+    a = attrs(n)
+    tx, th = g.tensor(n.inputs[0]).dtype, getattr(a, "state_type", None)
+    fx_, fh = getattr(tx, "frac", 0), getattr(th, "frac", 0)
+    fxh = max(fx_, fh)
+    wv = max(_width(g, n.inputs[0]) + fxh - fx_, getattr(th, "width", 16) + fxh - fh) + 1
+    acc = getattr(a, "acc", None)
+    accw = (acc.width if acc else 32) + 2
+    return {"node": n.name, "w": dense_weights(g)[n.name], "wx": wv, "flat": None, "sx": True,
+            "ww": _width(g, n.inputs[1]), "wo": accw, "acc": accw + 1}
 
 
 def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
