@@ -40,8 +40,10 @@ from ..units.dense import Dense
 from ..units.elementwise import _rom
 from .units import Step, SUnit, Tok
 
-# cycles after the (last) Dense's output until the state registers are written, then one
-# more for the output token: LSTM (gate tables, cell update, tanh(c) table, h), GRU
+# cycles from the (last) Dense's sums to the output token (the state registers are written
+# the cycle before): LSTM gate tables, cell update, tanh(c) table, h; GRU linear_before_reset
+# 1: gate tables, candidate table, h; 0: after pass 1, r * h (2 cycles) before pass 2, then
+# the candidate table and h
 TAIL = {"LSTM": 4, "GRU1": 3, "GRU0": 3}
 
 
@@ -85,31 +87,29 @@ class RecurrentUnit(SUnit):
         w, r, b = (np.asarray(v, dtype=np.int64) for v in (w, r, b))
         wr = np.concatenate([w, r], axis=0)
         bias = b[0] + b[1]
-        tacc = FixedType(acc.width + 2, acc.width + 2 - self.fa)  # the pieces, with room
-        args = (tw, None, tb, tacc, tacc, False, reuse, adder_levels, schedule, strategy)
-        if op == "LSTM" or not self.lbr and op == "GRU":
-            cols = slice(None) if op == "LSTM" else slice(0, 2 * hid)
-            self.dense = Dense(self.tv, wr[:, cols], args[0], bias[cols], *args[2:])
-        else:  # GRU lbr=1: z, r, x.Wh + Wbh, h.Rh + Rbh
-            cn = slice(2 * hid, 3 * hid)
+        # the sums leave the Dense unrounded: its output type is the accumulator's (+2 bits
+        # of room for the pieces of GRU's candidate)
+        tacc = FixedType(acc.width + 2, acc.width + 2 - self.fa)
+
+        def gate_sums(wm: np.ndarray, bm: np.ndarray) -> Dense:
+            return Dense(self.tv, wm, tw, bm, tb, tacc, tacc, False, reuse, adder_levels,
+                         schedule, strategy)
+
+        cn = slice(2 * hid, 3 * hid)
+        if op == "LSTM":
+            self.dense = gate_sums(wr, bias)
+        elif not self.lbr:  # z, r; the candidate in a second pass over [x; r * h]
+            self.dense = gate_sums(wr[:, :2 * hid], bias[:2 * hid])
+        else:  # z, r, x.Wh + Wbh, h.Rh + Rbh
             wz = np.concatenate([wr[:, :2 * hid], np.concatenate([w[:, cn], 0 * r[:, cn]]),
                                  np.concatenate([0 * w[:, cn], r[:, cn]])], axis=1)
-            bz = np.concatenate([bias[:2 * hid], b[0, cn], b[1, cn]])
-            self.dense = Dense(self.tv, wz, args[0], bz, *args[2:])
-        self.dense2 = None
-        if op == "GRU" and not self.lbr:
-            cn = slice(2 * hid, 3 * hid)
-            self.dense2 = Dense(self.tv, wr[:, cn], args[0], bias[cn], *args[2:])
+            self.dense = gate_sums(wz, np.concatenate([bias[:2 * hid], b[0, cn], b[1, cn]]))
+        self.dense2 = gate_sums(wr[:, cn], bias[cn]) if op == "GRU" and not self.lbr else None
         self.tacc = tacc
         self.reuse = int(reuse)
-        ld = self.dense.latency
-        if op == "LSTM":
-            self.step_ii = ld + TAIL["LSTM"]
-        elif self.lbr:
-            self.step_ii = ld + TAIL["GRU1"]
-        else:
-            assert self.dense2 is not None
-            self.step_ii = ld + 2 + self.dense2.latency + TAIL["GRU0"] - 1
+        # the step's output token is pushed the cycle after the state registers are
+        # written, and the next step may multiply by the new h from then on
+        self.step_ii = self._write_cycle() + 1
         self.lat = self.step_ii
 
     @property
@@ -173,7 +173,7 @@ class RecurrentUnit(SUnit):
                  [_align(v, ft.frac, self.fxh) for v in hs]
             return Cat(*[fit(v, tv.width, True) for v in vs])
 
-        def sums(d: Dense, name: str) -> list[Value]:
+        def sums(d: Dense) -> list[Value]:
             t = self.tacc
             return [fit(d.y[i * t.width:(i + 1) * t.width], t.width, True)
                     for i in range(d.n_out)]
@@ -196,7 +196,7 @@ class RecurrentUnit(SUnit):
         m.submodules.gates = d1 = circuit(self.dense)
         m.d.comb += [d1.en.eq(en), d1.start.eq(fire), d1.x0.eq(pack(x, hreg, th))]
         ld = self.dense.latency
-        a = sums(self.dense, "a")
+        a = sums(self.dense)
         fa = self.fa
         newh: list[Value]
         newc: list[Value] = []
@@ -242,7 +242,7 @@ class RecurrentUnit(SUnit):
             m.submodules.cand = d2 = circuit(self.dense2)
             s2 = ld + 2  # pass 2 starts with rh in its register
             m.d.comb += [d2.en.eq(en), d2.start.eq(at(s2)), d2.x0.eq(pack(xr, rh, th))]
-            a2 = sums(self.dense2, "a2")
+            a2 = sums(self.dense2)
             n_ = [look(1, pre(v, fa)) for v in a2]  # cycle s2 + ld2 + 1
             newh = self._gru_h(z, n_, hreg)
             write = at(s2 + self.dense2.latency + 1)
@@ -266,13 +266,15 @@ class RecurrentUnit(SUnit):
         return m
 
     def _write_cycle(self) -> int:
+        """Cycles from a step's fire to the write of its state registers (elaborate's
+        schedule): the Dense's latency, then the tail (TAIL - 1 cycles)."""
         ld = self.dense.latency
         if self.op == "LSTM":
-            return ld + 3
+            return ld + TAIL["LSTM"] - 1
         if self.lbr:
-            return ld + 2
-        assert self.dense2 is not None
-        return ld + 2 + self.dense2.latency + 1
+            return ld + TAIL["GRU1"] - 1
+        assert self.dense2 is not None  # pass 2 starts 2 cycles after pass 1's sums
+        return ld + 2 + self.dense2.latency + TAIL["GRU0"] - 2
 
     def _gru_h(self, z: list[Value], n_: list[Value], h: list[Value]) -> list[Value]:
         ty = self.types
