@@ -7,6 +7,8 @@ in the default suite, the others `slow`), where a corrupted expected bit fails."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -214,3 +216,18 @@ def test_reuse_auto_folds_the_recurrent_layer_for_a_small_device(tmp_path) -> No
     info = plan_top(c, plan)
     rnn = [u for u in info["layers"] if u["op"] == "LSTM"][0]
     assert rnn["reuse"] == plan.reuse["rnn"] and info["ii"] == rnn["step_ii"]
+
+
+EXPORTS = Path(__file__).resolve().parents[1] / "data" / "exporters"
+
+
+@pytest.mark.parametrize("name", ["torch_gru_f3_h12_t10_hn.onnx", "torch_lstm_f4_h8_t12.onnx"])
+def test_torch_exports_bit_exact(name: str) -> None:
+    """The circuits of torch's exports (h_n[0]: a Gather of Y_h's one row; y[:, -1]: a
+    Gather of the last step) in Amaranth's simulator, folded, with gaps and backpressure."""
+    c = mc.compile(mc.load_onnx(EXPORTS / name), precision="fixed<16,6>")
+    t, f = c.graph.tensor(c.graph.inputs[0]).shape
+    x = np.random.default_rng(7).normal(size=(2, t, f)).astype(np.float32)
+    codes, want = _golden(c, x)
+    res, _, _ = _run(c, 4, codes, want, gap=0.2, backpressure=0.3, seed=7)
+    np.testing.assert_array_equal(res.outputs.reshape(want.shape), want)
