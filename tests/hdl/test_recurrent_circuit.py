@@ -199,23 +199,37 @@ def test_corrupted_expected_bit_fails(tmp_path, cache) -> None:
     assert r["checks"]["first_mismatch"]["element"] == 1
 
 
-def test_reuse_auto_folds_the_recurrent_layer_for_a_small_device(tmp_path) -> None:
-    """--reuse auto plans the gate MACs like any Dense: on an iCE40 UP5K (8 DSP, 5280
-    cells) a 64-unit-wide LSTM cannot run at reuse 1, so the plan folds it; the plan's
-    estimate is within the device's budget and its II is the circuit's step II."""
+def test_reuse_auto_plans_the_recurrent_layer(tmp_path) -> None:
+    """--reuse auto plans the gate MACs like any Dense, with the state update's products and
+    the gate tables (one block-RAM ROM copy per two lookups) in the estimate: on an ECP5-85k
+    the plan fits and its II is the circuit's step II; on an iCE40 UP5K (8 DSP, 30 BRAM)
+    the LSTM folds as far as it can and the plan names what is still over the budget."""
     from modelcircuit.hdl.flow import plan_circuit
+    from modelcircuit.hdl.flow.stream_fit import refusal
 
     kw = dict(op="LSTM", t=8, f=4, h=8)
-    c = _compiled(kw, tmp_path, profile="ice40-up5k")
+    c = _compiled(kw, tmp_path, profile="ecp5-85k")
     plan = plan_circuit(c, "auto")
-    assert plan.reuse["rnn"] > 1
     fit = plan.fit
     assert fit is not None and fit["reuse"]["rnn"] == plan.reuse["rnn"]
-    est, bud = fit["estimate"], fit["budget"]
-    assert est["dsp"] <= bud["dsp"] and est["lut"] <= bud["lut"]
+    assert fit["stream"]["logic_fits"] and not fit["stream"]["over"], fit["stream"]
+    assert fit["estimate"]["bram"] >= 20  # (24 + 8 + 8 lookups) / 2 ROM copies
     info = plan_top(c, plan)
     rnn = [u for u in info["layers"] if u["op"] == "LSTM"][0]
     assert rnn["reuse"] == plan.reuse["rnn"] and info["ii"] == rnn["step_ii"]
+
+    small = _compiled(kw, tmp_path, profile="ice40-up5k")
+    p2 = plan_circuit(small, "auto")
+    assert p2.reuse["rnn"] > plan.reuse["rnn"]
+    assert "BRAM" in (refusal(small, _FitView(p2.fit)) or "")
+
+
+class _FitView:
+    """The attributes `refusal` reads of a fit plan, from its JSON block."""
+
+    def __init__(self, fit: dict) -> None:
+        self.stream, self.device = fit["stream"], fit["device"]
+        self.lut_unit = fit.get("lut_unit", "LUT4")
 
 
 EXPORTS = Path(__file__).resolve().parents[1] / "data" / "exporters"

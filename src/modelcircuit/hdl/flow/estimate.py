@@ -304,6 +304,38 @@ def _parallel_cost(layer: dict[str, Any]) -> LayerCost:
                      lut_per_mul_min=max(1, wx * ww // 2))
 
 
+def recurrent_costs(compiled: Any, family_name: str) -> list[LayerCost]:
+    """What an LSTM / GRU adds to its gate-sum Dense (hdl/streamed/recurrent.py): the
+    elementwise products of the state update (3 per hidden unit, state-width squared) and
+    the gate tables, one ROM copy per two lookups, each in block RAM."""
+    from ...graphs.ops import GruAttrs
+    from ..streamed.recurrent import TABLE_PORTS, table_lookups
+
+    fam = family(family_name)
+    geom = tuple(fam["bram_rom"])
+    g = compiled.graph
+    out = []
+    for n in g.nodes:
+        if n.op not in RECURRENT:
+            continue
+        a = attrs(n)
+        hid = int(getattr(a, "hidden", 0))
+        base = 6 if n.op == Op.LSTM else 5
+        lbr = bool(n.op == Op.GRU and GruAttrs.of(n).lbr)
+        bram = 0
+        for k, looks in enumerate(table_lookups(str(n.op), hid, lbr)):
+            if len(n.inputs) <= base + k or n.inputs[base + k] not in g.constants:
+                continue
+            depth = int(np.asarray(g.constants[n.inputs[base + k]]).size)
+            width = _width(g, n.inputs[base + k])
+            bram += -(-looks // TABLE_PORTS) * bram_tiles(width, depth, family_name, geom)
+        w = _width(g, n.outputs[0])
+        out.append(LayerCost(n.name + " (state update, tables)", 1, 3 * hid, 8 * w * hid,
+                             max(1, w * w // 2), 6 * w * hid, 0, bram,
+                             lut_per_mul_min=max(1, w * w // 4)))
+    return out
+
+
 def softmax_costs(compiled: Any, plan: dict[str, int], family_name: str) -> list[LayerCost]:
     """Each Softmax as the circuit builds it for this plan (hdl/units/softmax.py:
     the serial unit where the design's II covers it, else the parallel one), as a

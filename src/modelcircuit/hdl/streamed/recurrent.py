@@ -45,6 +45,14 @@ from .units import Step, SUnit, Tok
 # 1: gate tables, candidate table, h; 0: after pass 1, r * h (2 cycles) before pass 2, then
 # the candidate table and h
 TAIL = {"LSTM": 4, "GRU1": 3, "GRU0": 3}
+# read ports per copy of a gate table (a true dual-port block RAM); every element's lookup
+# is a port, so a table has ceil(lookups / TABLE_PORTS) copies (`table_copies`)
+TABLE_PORTS = 2
+
+
+def table_lookups(op: str, hidden: int, lbr: bool) -> list[int]:
+    """Lookups per step of each table (f, g[, h]): LSTM 3H, H, H; GRU 2H, H."""
+    return [3 * hidden, hidden, hidden] if op == "LSTM" else [2 * hidden, hidden]
 
 
 def _sx(v: Value) -> Value:
@@ -184,12 +192,18 @@ class RecurrentUnit(SUnit):
                 return p
             return Mux(p > self.cc, self.cc, Mux(p < -self.cc, -self.cc, p))
 
-        roms = [_rom(m, f"table_{'fgh'[k]}", vals, ty[("f_type", "g_type", "h_type")[k]])
-                for k, (vals, _, _) in enumerate(self.tables)]
+        roms: dict[int, list[Any]] = {k: [] for k in range(len(self.tables))}
 
         def look(k: int, q: Value) -> Value:
+            """One lookup of table k: a read port of a copy of the ROM holding at most
+            TABLE_PORTS of them (a block RAM's ports: each copy maps to one)."""
             vals, lo, shift = self.tables[k]
-            rp = roms[k].read_port(domain="sync")
+            copies = roms[k]
+            if not copies or copies[-1][1] == TABLE_PORTS:
+                name = f"table_{'fgh'[k]}{len(copies)}"
+                copies.append([_rom(m, name, vals, ty[("f_type", "g_type", "h_type")[k]]), 0])
+            copies[-1][1] += 1
+            rp = copies[-1][0].read_port(domain="sync")
             m.d.comb += [rp.addr.eq(table_index(q, lo, shift, len(vals))), rp.en.eq(en)]
             return rp.data
 
@@ -316,4 +330,4 @@ class SelectUnit(SUnit):
         return m
 
 
-__all__ = ["TAIL", "RecurrentUnit", "SelectUnit"]
+__all__ = ["TABLE_PORTS", "TAIL", "RecurrentUnit", "SelectUnit", "table_lookups"]
