@@ -126,6 +126,8 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
             e = mean[0] + np.sqrt(k + 1) * EPS * mean[1] + TINY
         elif node.op == "Concat":
             e = np.concatenate([err[i] for i in node.inputs], axis=node.get("axis") + 1)
+        elif node.op in ("LSTM", "GRU"):
+            e = _recurrent_bound(g, node, vals[z], err[z])
         elif node.op in ("Relu", "Clip"):
             e = err[z]  # 1-Lipschitz, exact
         elif node.op in ("Add", "Sub") and not any(g.is_const(i) for i in node.inputs):
@@ -139,6 +141,86 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
                                  "tests/conftest.py float32_error_bound")
         err[node.outputs[0]] = e
     return err[g.outputs[0]].reshape(len(x), -1)
+
+
+def _recurrent_bound(g, node, x: np.ndarray, ex: np.ndarray) -> np.ndarray:
+    """float32_error_bound of an LSTM / GRU (graphs/recurrent.py), step by step, on float64
+    values recomputed here. Gate sums: a Dense of fan-in K = F + H + 2 (x.W + h.R + two
+    biases), as Dense above, with the error already on x and h carried through W and R.
+    Sigmoid as above; tanh t: (1 - t**2) E + 2 EPS |t| + 2 EPS (onnxruntime's MLAS tanh is
+    a rational approximation with an absolute error like its sigmoid's). Products and sums of
+    the state update: each factor's error times the other factor, plus one rounding (EPS) of
+    each product and of the sum. Clip is 1-Lipschitz. Only sigmoid/tanh activations have a
+    model here."""
+    from modelcircuit.graphs.ops import attrs
+
+    a = attrs(node)
+    assert all(f in ("sigmoid", "tanh") for f in a.acts), f"no rounding model for {a.acts}"
+    w, r, b, h0 = (np.asarray(g.constants[i], dtype=np.float64) for i in node.inputs[1:5])
+    hid, n = a.hidden, x.shape[0]
+    k = w.shape[0] + hid + 2
+    h = np.broadcast_to(h0, (n, hid)).copy()
+    c = (np.broadcast_to(np.asarray(g.constants[node.inputs[5]], dtype=np.float64), (n, hid))
+         .copy() if node.op == "LSTM" else None)
+    eh, ec = np.zeros((n, hid)), np.zeros((n, hid))
+    clip = a.clip
+
+    def cl(v):
+        return v if clip is None else np.clip(v, -clip, clip)
+
+    def dense(xt, ext, hh, ehh, cols):
+        s = cl(xt @ w[:, cols] + hh @ r[:, cols] + b[0, cols] + b[1, cols])
+        e = (np.sqrt(ext ** 2 @ w[:, cols] ** 2 + ehh ** 2 @ r[:, cols] ** 2)
+             + np.sqrt(k + 1) * EPS * (np.abs(xt) @ np.abs(w[:, cols]) + np.abs(hh)
+                                       @ np.abs(r[:, cols]) + np.abs(b[0, cols]) + np.abs(b[1, cols])))
+        return s, e
+
+    def sig(s, e):
+        y = 1 / (1 + np.exp(-s))
+        return y, y * (1 - y) * e + 2 * EPS * y + 2 * EPS
+
+    def tanh(s, e):
+        y = np.tanh(s)
+        return y, (1 - y ** 2) * e + 2 * EPS * np.abs(y) + 2 * EPS
+
+    ys = []
+    emit_c = node.op == "LSTM" and a.emit == "c"
+    for t in range(x.shape[1]):
+        xt, ext = x[:, t], ex[:, t]
+        if node.op == "LSTM":
+            col = [slice(q * hid, (q + 1) * hid) for q in range(4)]
+            (i, ei), (o, eo), (f, ef) = (sig(*dense(xt, ext, h, eh, col[q])) for q in range(3))
+            gg, eg = tanh(*dense(xt, ext, h, eh, col[3]))
+            cn = f * c + i * gg
+            ec = (np.abs(f) * ec + np.abs(c) * ef + np.abs(i) * eg + np.abs(gg) * ei
+                  + EPS * (np.abs(f * c) + np.abs(i * gg) + np.abs(cn)))
+            c = cn
+            tc, etc = tanh(c, ec)  # clip: the gates only (onnxruntime)
+            h = o * tc
+            eh = np.abs(o) * etc + np.abs(tc) * eo + EPS * np.abs(h)
+            ys.append(ec if emit_c else eh)
+            continue
+        z, ez = sig(*dense(xt, ext, h, eh, slice(0, hid)))
+        rr, er = sig(*dense(xt, ext, h, eh, slice(hid, 2 * hid)))
+        cn = slice(2 * hid, 3 * hid)
+        if a.lbr:
+            hn = h @ r[:, cn] + b[1, cn]
+            ehn = (np.sqrt(eh ** 2 @ r[:, cn] ** 2)
+                   + np.sqrt(hid + 1) * EPS * (np.abs(h) @ np.abs(r[:, cn]) + np.abs(b[1, cn])))
+            s, es_ = dense(xt, ext, np.zeros_like(h), eh * 0, cn)
+            s = cl(s - b[1, cn] + rr * hn)
+            es_ = es_ + np.abs(rr) * ehn + np.abs(hn) * er + 2 * EPS * (np.abs(rr * hn) + np.abs(s))
+        else:
+            rh = rr * h
+            erh = np.abs(rr) * eh + np.abs(h) * er + EPS * np.abs(rh)
+            s, es_ = dense(xt, ext, rh, erh, cn)
+        nn_, en = tanh(s, es_)
+        hnew = (1 - z) * nn_ + z * h
+        eh = (np.abs(1 - z) * en + np.abs(z) * eh + np.abs(nn_ - h) * ez
+              + 2 * EPS * (np.abs((1 - z) * nn_) + np.abs(z * h) + np.abs(hnew)))
+        h = hnew
+        ys.append(eh)
+    return np.stack(ys, axis=1) + TINY
 
 
 # How many times float32_error_bound a difference may reach. Measured on the four float models

@@ -1344,6 +1344,109 @@ def generate_cnn(out: Path) -> list:
     return entries
 
 
+# ----------------------------------------------------------------------------- recurrent
+
+# (file, cell, features, hidden, steps, exporter path, head): the rnn group (--rnn)
+RNN_MODELS = [
+    ("torch_lstm_f4_h8_t12.onnx", "LSTM", 4, 8, 12, "torchscript", "last"),
+    ("torch_lstm_f6_h16_t20_dynamo.onnx", "LSTM", 6, 16, 20, "dynamo", "last"),
+    ("torch_gru_f4_h8_t12_dynamo.onnx", "GRU", 4, 8, 12, "dynamo", "last"),
+    ("torch_gru_f3_h12_t10_hn.onnx", "GRU", 3, 12, 10, "torchscript", "h_n"),
+]
+RNN_CLASSES = 3
+
+
+def rnn_task(f: int, t: int, n: int = 1536, s: int = 0):
+    """A synthetic sequence task that needs memory: noisy steps (N, T, F); the label is the
+    channel among the first three whose sum over the first half of the sequence is the
+    largest (the second half is a distraction). Returns train and test splits."""
+    rng = np.random.default_rng(1000 + s)
+    x = rng.normal(0.0, 1.0, (n, t, f)).astype(np.float32)
+    y = x[:, : t // 2, :RNN_CLASSES].sum(axis=1).argmax(axis=1).astype(np.int64)
+    k = n * 3 // 4
+    return x[:k], x[k:], y[:k], y[k:]
+
+
+def rnn_net(cell: str, f: int, h: int, head: str):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(nn, cell)(f, h, batch_first=True)
+            self.fc = nn.Linear(h, RNN_CLASSES)
+
+        def forward(self, x):
+            y, state = self.rnn(x)
+            if head == "h_n":
+                hn = state[0] if cell == "LSTM" else state
+                return self.fc(hn[0])
+            return self.fc(y[:, -1])
+
+    return Net()
+
+
+def gen_rnn(out: Path, entries: list) -> None:
+    """LSTM / GRU of a few sizes (batch_first, forward, zero initial states), trained briefly
+    on `rnn_task`, through both torch exporter paths (TorchScript: dynamo=False, opset 17;
+    dynamo=True); checked with onnxruntime against the torch forward on the test rows."""
+    for k, (fname, cell, f, h, t, how, head) in enumerate(RNN_MODELS):
+        x_tr, x_te, y_tr, y_te = rnn_task(f, t, s=k)
+        seed(300 + k)
+        model = train(rnn_net(cell, f, h, head), x_tr, y_tr, 12, lr=1e-2, s=300 + k)
+        ref = torch_out(model, x_te)
+        path = out / fname
+        args = (torch.from_numpy(x_te[:2]),)
+        if how == "dynamo":
+            torch.onnx.export(model, args, str(path), dynamo=True, opset_version=18,
+                              input_names=["x"], output_names=["logits"],
+                              dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+        else:
+            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17,
+                              do_constant_folding=True, input_names=["x"],
+                              output_names=["logits"],
+                              dynamic_axes={"x": {0: "batch"}, "logits": {0: "batch"}})
+        stripped = normalise(path)
+        got = ort_run(path, x_te)
+        diff = float(np.abs(got - ref).max())
+        assert diff < 1e-4, (fname, diff)
+        entries.append({
+            "file": fname,
+            "exporter": f"torch.onnx.export ({'dynamo=True, opset 18' if how == 'dynamo' else 'dynamo=False, TorchScript exporter, opset 17'}; torch {torch.__version__.split('+')[0]})",
+            "kind": "float",
+            "pattern": f"nn.{cell}({f}, {h}, batch_first=True) over {t} steps -> "
+                       f"{'h_n' if head == 'h_n' else 'the last step of y'} -> "
+                       f"Linear({h}, {RNN_CLASSES})",
+            "ops": op_list(path),
+            "input_shape": shape_of(path),
+            "input_grid": None,
+            "float_test_accuracy": acc(ref, y_te),
+            "accuracy_of": f"torch forward on the {len(y_te)} test rows of the synthetic "
+                           "sequence task (rnn_task)",
+            "ort_vs_torch_max_abs_diff": diff,
+            "postprocess": "none" + ("; stripped " + ", ".join(stripped) if stripped else ""),
+            "training": "12 epochs Adam lr=1e-2 batch 64 on rnn_task (1152 sequences)",
+        })
+        print(f"{fname}: acc {acc(ref, y_te)} diff {diff:.2e}")
+
+
+def generate_rnn(out: Path) -> list:
+    """Only the rnn group (--rnn): write its files and replace their entries in models.json."""
+    entries: list = []
+    gen_rnn(out, entries)
+    return _merge_entries(out, entries)
+
+
+def _merge_entries(out: Path, entries: list) -> list:
+    for e in entries:
+        e["size_bytes"] = (out / e["file"]).stat().st_size
+        e["sha256"] = hashlib.sha256((out / e["file"]).read_bytes()).hexdigest()
+    meta_path = out / "models.json"
+    meta = json.loads(meta_path.read_text())
+    files = {e["file"] for e in entries}
+    meta["models"] = [e for e in meta["models"] if e["file"] not in files] + entries
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    return entries
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -1357,6 +1460,7 @@ def generate(out: Path) -> list:
     gen_torch(out, data, entries)
     gen_helper(out, data, entries)
     gen_cnn(out, data, entries)
+    gen_rnn(out, entries)
     for e in entries:
         e["size_bytes"] = (out / e["file"]).stat().st_size
         e["sha256"] = hashlib.sha256((out / e["file"]).read_bytes()).hexdigest()
@@ -1381,6 +1485,8 @@ def main() -> int:
     )
     ap.add_argument("--cnn", action="store_true",
                     help="(re)write only the CNN group into --out, keeping the other files")
+    ap.add_argument("--rnn", action="store_true",
+                    help="(re)write only the LSTM/GRU group into --out, keeping the other files")
     args = ap.parse_args()
 
     import torch as _torch
@@ -1402,6 +1508,9 @@ def main() -> int:
         return 1 if bad else 0
     if args.cnn:
         generate_cnn(args.out)
+        return 0
+    if args.rnn:
+        generate_rnn(args.out)
         return 0
     generate(args.out)
     total = sum(p.stat().st_size for p in args.out.iterdir())

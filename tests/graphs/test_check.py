@@ -40,8 +40,8 @@ def test_a_well_formed_graph_passes() -> None:
 
 
 CASES: list[tuple[str, Callable[[Graph], Graph], str]] = [
-    ("unknown op", lambda g: _node(g, "r", op="LSTM"),
-     "node r: unknown op 'LSTM'; the vocabulary: Dense, Add,"),
+    ("unknown op", lambda g: _node(g, "r", op="RNN"),
+     "node r: unknown op 'RNN'; the vocabulary: Dense, Add,"),
     ("unknown attribute", lambda g: _node(g, "d", attrs=(("bias", True),)),
      "node d (Dense): unknown attribute 'bias'; Dense has: acc, relu, exact"),
     ("attribute of the wrong kind", lambda g: _node(g, "d", attrs=(("relu", "yes"),)),
@@ -152,10 +152,10 @@ def test_a_real_pass_that_breaks_the_graph_is_named(monkeypatch) -> None:
 @pytest.mark.parametrize("source, who", [("onnx", "the importer"),
                                          ("builder", "the graph builder"), (None, "the input")])
 def test_a_malformed_input_graph_is_refused_before_the_first_pass(source, who) -> None:
-    g = _node(small(), "r", op="LSTM").replace(meta=(("source", source),) if source else ())
+    g = _node(small(), "r", op="RNN").replace(meta=(("source", source),) if source else ())
     with pytest.raises(GraphError) as e:
         pipeline.compile_graph(g)
-    assert str(e.value).startswith(f"{who} produced a malformed graph: node r: unknown op 'LSTM'")
+    assert str(e.value).startswith(f"{who} produced a malformed graph: node r: unknown op 'RNN'")
 
 
 def test_imported_models_are_well_formed(digits_model) -> None:

@@ -136,7 +136,7 @@ def test_attrs_parse_the_stored_text_once() -> None:
      "node r (Reshape): attribute 'shape': (2, '3') is not a tuple of ints"),
     (Node.make("c", "Concat", ["x"], ["y"]), "node c (Concat): missing attribute 'axis'"),
     (Node.make("l", "Lut", ["x"], ["y"], func=3), "node l (Lut): attribute 'func': 3 is not a str"),
-    (Node.make("c", "LSTM", ["x"], ["y"]), "node c: unknown op 'LSTM'; the vocabulary: Dense,"),
+    (Node.make("c", "RNN", ["x"], ["y"]), "node c: unknown op 'RNN'; the vocabulary: Dense,"),
 ])
 def test_attrs_refuse_what_the_schema_does_not_say(node: Node, message: str) -> None:
     with pytest.raises(GraphError) as e:

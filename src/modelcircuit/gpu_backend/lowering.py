@@ -46,6 +46,7 @@ from .context import (
     type_args,
 )
 from .kernel import GpuError, Param
+from .rnn import lower_rnn
 
 LowerFn = Callable[[LowerCtx, Node, str], Lowered]
 
@@ -54,17 +55,19 @@ def lower_dense(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     x, wn = node.inputs[0], node.inputs[1]
     bn = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     w = ctx.cval(wn)
-    if w.ndim != 2 or ctx.g.tensor(x).size != w.shape[0]:
+    xshape = ctx.g.tensor(x).shape
+    if w.ndim != 2 or not xshape or xshape[-1] != w.shape[0]:
         raise GraphError(f"node {node.name} (Dense): weights {list(w.shape)} do not match the "
-                         f"input {list(ctx.g.tensor(x).shape)}")
+                         f"input {list(xshape)}")
     k, n = int(w.shape[0]), int(w.shape[1])
+    rows = ctx.g.tensor(x).size // k  # a Dense over a sequence: one row per step
     at = DenseAttrs.of(node)
     c = ctx.base(node, kname)
     fl = c["is_float"]
     params = [ctx.act("x", x), ctx.const("w", wn, w, fl)]
     c.update(K=k, N=n, relu=at.relu, bias=bn is not None, xt=ctx.ctype(x), acc=str(at.acc))
     linear_tail(ctx, node, c, params, bn)
-    return "dense.cu.j2", c, params, n
+    return "dense.cu.j2", c, params, rows * n  # thread i: row i // N (all samples' rows)
 
 
 def lower_softmax(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
@@ -355,6 +358,7 @@ LOWERING: dict[Op, LowerFn] = {
     Op.TRANSPOSE: lower_transpose, Op.CONCAT: lower_concat, Op.GATHER: lower_gather,
     Op.CONV: lower_conv, Op.MAX_POOL: lower_maxpool, Op.AVG_POOL: lower_avgpool,
     Op.RESIZE: lower_resize, Op.CLIP: lower_clip, Op.TRUNC: lower_trunc,
+    Op.RESIZE: lower_resize, Op.LSTM: lower_rnn, Op.GRU: lower_rnn,
 }
 
 REFUSED: dict[Op, str] = {

@@ -51,6 +51,8 @@ class Op(StrEnum):
     RESIZE = "Resize"          # nearest, integer upsampling factors
     CLIP = "Clip"              # saturation to constant bounds (ReLU6): a clamp of the codes
     TRUNC = "Trunc"            # QONNX Trunc on codes: drop/add bits, a QONNX rounding mode
+    LSTM = "LSTM"              # forward LSTM over a (T, F) sequence: graphs/recurrent.py
+    GRU = "GRU"                # forward GRU over a (T, F) sequence: graphs/recurrent.py
 
 
 # Categories: what passes and backends ask, in one place.
@@ -70,6 +72,8 @@ LAYOUT = frozenset({Op.RESHAPE, Op.TRANSPOSE})
 FLOAT_CHAIN = frozenset({Op.BATCHNORM, Op.MUL, Op.ADD, Op.SUB, Op.DIV, Op.RELU})
 # ops whose exact result a following model quantizer can become the output type of
 EXACT_PRODUCERS = frozenset({Op.DENSE, Op.CONV, Op.RELU, Op.ADD, Op.SUB, Op.LEAKY_RELU})
+# recurrent ops: a per-sample (T, F) sequence in, the (T, H) sequence of states out
+RECURRENT = frozenset({Op.LSTM, Op.GRU})
 ALL = frozenset(Op)
 
 # the float functions a Lut may name (reference.FLOAT_FUNCS defines each; a test says so)
@@ -308,6 +312,51 @@ class TruncAttrs(Attrs):
     mode: str = _a("str", "FLOOR")
 
 
+@dataclass(frozen=True)
+class RecurrentAttrs(Attrs):
+    """What LSTM and GRU share (graphs/recurrent.py has the numeric contract). `acts`: the
+    activation functions (LSTM f, g, h; GRU f, g) by recurrent.RNN_FUNCS name, with their
+    `alphas`/`betas` (one each per function, 0.0 where unused). The types and table indexing
+    are set by passes/recurrent.py; one pre-activation type for every gate."""
+    OP: ClassVar[Op]
+    hidden: int = _a("int")
+    acts: tuple[str, ...] = _a("strs")
+    alphas: tuple[float, ...] = _a("floats", ())
+    betas: tuple[float, ...] = _a("floats", ())
+    clip: float | None = _a("float", None)         # |pre-activation| <= clip
+    acc: FixedType | None = _a("fixed", None)      # exact gate sums (x.W + h.R + biases)
+    pre_type: FixedType | None = _a("fixed", None)  # each gate's one requantization
+    f_type: FixedType | None = _a("fixed", None)   # table f's output (the sigmoid gates)
+    g_type: FixedType | None = _a("fixed", None)   # table g's output (the candidate)
+    state_type: FixedType | None = _a("fixed", None)  # the hidden state h
+    f_lo: int | None = _a("int", None)             # table indexing (reference.table_index)
+    f_shift: int | None = _a("int", None)
+    g_lo: int | None = _a("int", None)
+    g_shift: int | None = _a("int", None)
+
+
+@dataclass(frozen=True)
+class LstmAttrs(RecurrentAttrs):
+    """Inputs x (T, F), W (F, 4H), R (H, 4H), B (2, 4H) (rows: W's bias, R's bias), h0 (H,),
+    c0 (H,) [, table f, table g, table h]; gate columns in ONNX order i, o, f, c. `emit`: the
+    output sequence is the hidden state h ("h") or the cell state c ("c", for Y_c)."""
+    OP = Op.LSTM
+    emit: str = _a("str", "h")
+    cell_type: FixedType | None = _a("fixed", None)  # the cell state c
+    h_type: FixedType | None = _a("fixed", None)     # table h's output (of c)
+    h_lo: int | None = _a("int", None)
+    h_shift: int | None = _a("int", None)
+
+
+@dataclass(frozen=True)
+class GruAttrs(RecurrentAttrs):
+    """Inputs x (T, F), W (F, 3H), R (H, 3H), B (2, 3H), h0 (H,) [, table f, table g]; gate
+    columns in ONNX order z, r, h. `lbr`: linear_before_reset."""
+    OP = Op.GRU
+    lbr: bool = _a("bool", False)
+    hn_type: FixedType | None = _a("fixed", None)  # lbr: h.Rh + Rbh, requantized
+
+
 def window_shape(in_spatial: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
                  pads: tuple[int, ...]) -> tuple[int, ...]:
     """Output spatial shape of a window op (floor mode)."""
@@ -358,6 +407,8 @@ SPECS: dict[Op, OpSpec] = {
     Op.RESIZE: OpSpec(ResizeAttrs, "x", _n(1)),
     Op.CLIP: OpSpec(ClipAttrs, "x", _n(1)),
     Op.TRUNC: OpSpec(TruncAttrs, "x", _n(1)),
+    Op.LSTM: OpSpec(LstmAttrs, "x, W, R, B, h0, c0[, table_f, table_g, table_h]", _n(6, 9)),
+    Op.GRU: OpSpec(GruAttrs, "x, W, R, B, h0[, table_f, table_g]", _n(5, 7)),
 }
 
 
@@ -394,10 +445,14 @@ def _parse_value(kind: str, v: Any) -> Any:
         return tuple(int(x) for x in v)
     if kind == "strs" and isinstance(v, tuple) and all(isinstance(x, str) for x in v):
         return v
+    if kind == "floats" and isinstance(v, tuple) and all(
+            isinstance(x, Real) and not isinstance(x, (bool, np.bool_)) for x in v):
+        return tuple(float(x) for x in v)
     if kind == "index" and _index(v):
         return v
     expected = {"fixed": "the text of a fixed-point type", "type": "the text of a number type",
                 "ints": "a tuple of ints", "strs": "a tuple of strings",
+                "floats": "a tuple of numbers",
                 "index": "an int or nested tuples of ints"}.get(kind, f"a {kind}")
     raise ValueError(f"{v!r} is not {expected}")
 

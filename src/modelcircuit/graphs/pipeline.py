@@ -28,6 +28,7 @@ from .passes.constants import quantize_constants
 from .passes.fuse import fuse_dense_relu
 from .passes.host import host_parts, layout_ends
 from .passes.precision import assign_types, check_per_layer
+from .passes.recurrent import recurrent_tables, recurrent_types
 from .passes.scales import factor_scales
 from .passes.schedule import schedule
 from .passes.tables import DEFAULT_TABLE_BITS, build_tables, check_table_bits
@@ -47,12 +48,15 @@ def passes(precision: NumType | None, per_layer: Mapping[str, Any] | None,
         ("fold_requant", fold_requant),
         ("assign_types", partial(assign_types, precision=precision, per_layer=per_layer,
                                  ranges=ranges)),
+        ("recurrent_types", partial(recurrent_types, precision=precision, per_layer=per_layer,
+                                    ranges=ranges)),
         ("quantize_constants", quantize_constants),
         ("accumulator_types", accumulator_types),
         ("float_chains_to_thresholds", float_chains_to_thresholds),
         ("fuse_dense_relu", fuse_dense_relu),
         ("build_tables", partial(build_tables, table_bits=table_bits)),
         *([("layout_ends", layout_ends)] if fixed else []),
+        ("recurrent_tables", partial(recurrent_tables, table_bits=table_bits)),
         ("schedule", schedule),
     ]
 

@@ -37,23 +37,26 @@ class SimResult:
 
 
 def simulate(top: Any, info: dict[str, Any], codes: np.ndarray, gap: float = 0.0,
-             backpressure: float = 0.0, seed: int = 0, max_cycles: int | None = None
-             ) -> SimResult:
+             backpressure: float = 0.0, seed: int = 0, max_cycles: int | None = None,
+             n_out: int | None = None) -> SimResult:
     """Feed `codes` (batch, n_in) through `top`; gap / backpressure are probabilities that
-    the input withholds valid / the output withholds ready on a given cycle."""
+    the input withholds valid / the output withholds ready on a given cycle. A streamed
+    model takes one token per row (a sequence of T tokens, a frame of pixels) and may emit
+    a different number of tokens: `n_out` outputs are awaited (default one per row)."""
     from amaranth.sim import Simulator
 
     codes = np.asarray(codes, dtype=np.int64).reshape(len(codes), -1)
     ii, oi = info["input"], info["output"]
     words = pack_words(codes, ii["element_width"])
     rng = random.Random(seed)
+    want = len(words) if n_out is None else int(n_out)
     budget = max_cycles or (info["latency"] + 8 + len(words) * info["ii"]) * 4 + 200
     res = SimResult(np.zeros((0, oi["elements"]), dtype=np.int64), [], [], 0)
     outs: list[np.ndarray] = []
 
     async def bench(ctx: Any) -> None:
         sent, cycle, valid = 0, 0, False
-        while len(outs) < len(words) and cycle < budget:
+        while len(outs) < want and cycle < budget:
             if sent < len(words) and not valid:
                 valid = rng.random() >= gap
             ctx.set(top.i.valid, int(valid))

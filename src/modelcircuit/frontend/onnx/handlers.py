@@ -21,6 +21,7 @@ from .checks import check_float_attrs
 from .io import Unsupported, show
 from .layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
 from .quant import qdq
+from .recurrent import recurrent, swapped_move
 from .spatial import conv, pool, reduce_mean, resize
 
 if TYPE_CHECKING:
@@ -33,10 +34,11 @@ def _matmul(im: ImportState, node: onnx.NodeProto) -> None:
         raise im.err(node, "MatMul of two activations is not supported (weights must be constant)")
     W = im.const(w)
     xs = act_shape(im, x)
-    if W.ndim != 2 or len(xs) != 1 or xs[0] != W.shape[0]:
-        raise im.err(node, f"MatMul needs a per-sample vector times a 2-D weight, got "
+    if W.ndim != 2 or len(xs) < 1 or xs[-1] != W.shape[0]:
+        raise im.err(node, f"MatMul needs a per-sample vector (or a sequence of them: one "
+                     f"weight matrix for every step) times a 2-D weight, got "
                      f"{list(xs)} x {list(W.shape)}")
-    im.emit(node, "Dense", [x, im.src(w)], node.output[0], (W.shape[1],))
+    im.emit(node, "Dense", [x, im.src(w)], node.output[0], tuple(xs[:-1]) + (W.shape[1],))
 
 
 def _gemm(im: ImportState, node: onnx.NodeProto) -> None:
@@ -353,6 +355,8 @@ def swapped_consumer(im: ImportState, node: onnx.NodeProto) -> None:
 
     if op == "Transpose":
         return transpose(im, node)
+    if swapped_move(im, node, x, _matmul):  # sequences: LSTM/GRU, unit-axis moves, token-wise MatMul
+        return None
     if op in _ELEMENTWISE and len(acts) == 1:
         check_float_attrs(im, node)
         HANDLERS[op](im, node)
@@ -449,4 +453,5 @@ HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "Conv": conv, "MaxPool": pool, "AveragePool": pool, "GlobalAveragePool": pool,
     "GlobalMaxPool": pool, "Resize": resize, "ReduceMean": reduce_mean,
     "Clip": _clip, "HardSigmoid": _hard("hardsigmoid"), "HardSwish": _hard("hardswish"),
+    "LSTM": recurrent, "GRU": recurrent,
 }

@@ -67,6 +67,7 @@ from .io import (
 )
 from .layout import attrs
 from .quant import bipolar, quant, trunc
+from .recurrent import run_time_input
 from .spatial import conv, pad_folds, padded_reader, pool
 from .state import SUPPORTED_OPS, ImportState
 
@@ -123,7 +124,11 @@ class _Importer(ImportState):
             if vi.name in inits:
                 check_input_initializer(vi, inits[vi.name])
                 continue
-            per = input_shape(vi)
+            try:
+                per = input_shape(vi)
+            except Unsupported:
+                run_time_input(self, vi.name)  # an LSTM/GRU's lengths: name that node
+                raise
             batches.add(input_batch(vi))
             self.check_shape(None, vi.name, per, "input")
             self.shapes[vi.name] = per

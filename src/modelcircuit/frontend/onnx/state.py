@@ -18,7 +18,7 @@ SUPPORTED_OPS = (
     "Tanh", "Softmax", "BatchNormalization", "Flatten", "Reshape", "Transpose", "Squeeze",
     "Unsqueeze", "Identity", "Dropout", "Quant", "BipolarQuant", "QuantizeLinear",
     "DequantizeLinear", "Shape", "Gather", "Concat", "Constant", "Cast", "Conv", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
+    "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize", "LSTM", "GRU",
     f"{CHANNELS_LAST}.Conv", f"{CHANNELS_LAST}.MaxPool",
     "Clip", "HardSigmoid", "HardSwish", "Pad", "ReduceMean", "Trunc",
 )

@@ -27,8 +27,11 @@ def fuse_bias(g: Graph) -> Graph:
                 continue  # a typed Add: the model's own type, or the float tail on the host
             if _float_operand(g, add) and all(g.tensor(i).dtype is not None for i in d.inputs):
                 continue  # a float bias on integer operands: exact as thresholds, not as a type
-            n = g.tensor(d.outputs[0]).shape[0]
-            c = np.broadcast_to(np.asarray(g.constants[add.inputs[1]]), (n,)).copy()
+            n = g.tensor(d.outputs[0]).shape[-1]  # a Dense over a sequence: per feature
+            cv = np.asarray(g.constants[add.inputs[1]])
+            if cv.size not in (1, n) or (cv.size == n and cv.shape[-1] != n):
+                continue  # not one value per output feature
+            c = np.broadcast_to(cv.reshape(-1), (n,)).copy()
             cname = add.inputs[1]
             consts = dict(g.constants)
             consts[cname] = c.astype(np.float64)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ...graphs.compiled import CompiledGraph
-from ...graphs.ops import LINEAR, ConvAttrs, DenseAttrs, Op
+from ...graphs.ops import LINEAR, RECURRENT, ConvAttrs, DenseAttrs, Op, attrs
 from ..plan.cmvm import csd
 from ..plan.fold import fold_multipliers, fold_shape
 from ..plan.schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
@@ -107,6 +107,9 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
     g = compiled.graph
     out = []
     for n in g.nodes:
+        if n.op in RECURRENT and n.inputs[1] in g.constants:
+            out.append(_recurrent_layer(g, n))
+            continue
         if n.op not in LINEAR or n.inputs[1] not in g.constants:
             continue
         w = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
@@ -123,6 +126,22 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
                     "ww": _width(g, n.inputs[1]), "wo": _width(g, n.outputs[0]),
                     "acc": accw + 1})
     return out
+
+
+def _recurrent_layer(g: Any, n: Any) -> dict[str, Any]:
+    """An LSTM / GRU as the Dense its circuit runs every step (hdl/streamed/recurrent.py):
+    [W; R] over x and h aligned to one binary point, the exact accumulator out (+2 bits)."""
+    from ..plan.size import dense_weights
+
+    a = attrs(n)
+    tx, th = g.tensor(n.inputs[0]).dtype, getattr(a, "state_type", None)
+    fx_, fh = getattr(tx, "frac", 0), getattr(th, "frac", 0)
+    fxh = max(fx_, fh)
+    wv = max(_width(g, n.inputs[0]) + fxh - fx_, getattr(th, "width", 16) + fxh - fh) + 1
+    acc = getattr(a, "acc", None)
+    accw = (acc.width if acc else 32) + 2
+    return {"node": n.name, "w": dense_weights(g)[n.name], "wx": wv, "flat": None, "sx": True,
+            "ww": _width(g, n.inputs[1]), "wo": accw, "acc": accw + 1}
 
 
 def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
@@ -286,7 +305,40 @@ def _parallel_cost(layer: dict[str, Any]) -> LayerCost:
                      lut_per_mul_min=max(1, wx * ww // 2))
 
 
-def softmax_costs(compiled: CompiledGraph, plan: dict[str, int], family_name: str) -> list[LayerCost]:
+def recurrent_costs(compiled: CompiledGraph, family_name: str) -> list[LayerCost]:
+    """What an LSTM / GRU adds to its gate-sum Dense (hdl/streamed/recurrent.py): the
+    elementwise products of the state update (3 per hidden unit, state-width squared) and
+    the gate tables, one ROM copy per two lookups, each in block RAM."""
+    from ...graphs.ops import GruAttrs
+    from ..streamed.recurrent import TABLE_PORTS, table_lookups
+
+    fam = family(family_name)
+    geom = tuple(fam["bram_rom"])
+    g = compiled.graph
+    out = []
+    for n in g.nodes:
+        if n.op not in RECURRENT:
+            continue
+        a = attrs(n)
+        hid = int(getattr(a, "hidden", 0))
+        base = 6 if n.op == Op.LSTM else 5
+        lbr = bool(n.op == Op.GRU and GruAttrs.of(n).lbr)
+        bram = 0
+        for k, looks in enumerate(table_lookups(str(n.op), hid, lbr)):
+            if len(n.inputs) <= base + k or n.inputs[base + k] not in g.constants:
+                continue
+            depth = int(np.asarray(g.constants[n.inputs[base + k]]).size)
+            width = _width(g, n.inputs[base + k])
+            bram += -(-looks // TABLE_PORTS) * bram_tiles(width, depth, family_name, geom)
+        w = _width(g, n.outputs[0])
+        out.append(LayerCost(n.name + " (state update, tables)", 1, 3 * hid, 8 * w * hid,
+                             max(1, w * w // 2), 6 * w * hid, 0, bram,
+                             lut_per_mul_min=max(1, w * w // 4)))
+    return out
+
+
+def softmax_costs(compiled: CompiledGraph, plan: dict[str, int], family_name: str
+                  ) -> list[LayerCost]:
     """Each Softmax as the circuit builds it for this plan (hdl/units/softmax.py:
     the serial unit where the design's II covers it, else the parallel one), as a
     LayerCost (its products as multipliers; reuse = its II), on the family's block RAM

@@ -47,7 +47,14 @@ from ..plan.schedule import SCHEDULES, family_schedule
 from ..plan.size import beyond_any_reuse, check_circuit_size, hdl_limit, other_size
 from ..vector.top import check_io
 from .devices import family, soft_max_width
-from .estimate import LayerCost, dense_layers, estimate, layer_cost, softmax_costs
+from .estimate import (
+    LayerCost,
+    dense_layers,
+    estimate,
+    layer_cost,
+    recurrent_costs,
+    softmax_costs,
+)
 from .tools import FitError, FlowError  # noqa: F401 - FitError: this module's error
 
 
@@ -109,7 +116,8 @@ class _Fit:
 
     def costs(self, plan: dict[str, int]) -> list[LayerCost]:
         return ([self.cost(lay, plan[lay["node"]]) for lay in self.layers]
-                + softmax_costs(self.compiled, plan, self.family))
+                + softmax_costs(self.compiled, plan, self.family)
+                + recurrent_costs(self.compiled, self.family))
 
     def estimate(self, plan: dict[str, int]) -> dict[str, int]:
         return estimate(self.costs(plan), self.budget["dsp"], self.family, self.io)

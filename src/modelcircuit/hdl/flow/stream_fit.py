@@ -126,9 +126,14 @@ def glue_cost(design: Any, mems: list[StreamMem]) -> tuple[int, int]:
 # -- the plan -------------------------------------------------------------------------------
 def _busy_fn(g: Any, node: Any, lay: dict[str, Any]) -> tuple[int, int]:
     """(base, per_extra_R): the layer's unit occupies base + (R - 1) * per cycles/frame."""
-    from ...graphs.ops import ConvAttrs, Op
+    from ...graphs.ops import RECURRENT, ConvAttrs, GruAttrs, Op
     from ..streamed.lower import geometry
+    from ..streamed.recurrent import TAIL
 
+    if node.op in RECURRENT:  # T steps of (the folded gate sums + the tail) each
+        t = int(g.tensor(g.activations(node)[0]).shape[0])
+        passes = 2 if node.op == Op.GRU and not GruAttrs.of(node).lbr else 1
+        return t * passes * (TAIL["LSTM"] + 2), t * passes
     if node.op == Op.CONV:
         a = ConvAttrs.of(node)
         x = g.activations(node)[0]
@@ -148,7 +153,9 @@ def base_cycles(g: Any) -> int:
     t0 = int(np.prod(shp[:-1]))
     attrs = {Op.CONV: ConvAttrs, Op.MAX_POOL: MaxPoolAttrs, Op.AVG_POOL: AvgPoolAttrs}
     for n in g.nodes:
-        if n.op in attrs:
+        if n.op in (Op.LSTM, Op.GRU):
+            t0 = max(t0, _busy_fn(g, n, {})[0])
+        elif n.op in attrs:
             a = attrs[n.op].of(n)
             x = g.activations(n)[0]
             geo = geometry(tuple(g.tensor(x).shape), a.kernel, a.strides, a.pads,

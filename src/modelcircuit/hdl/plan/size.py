@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...graphs.compiled import CompiledGraph
-from ...graphs.ops import LAYOUT, LINEAR, TABLE_OPS, Op
+from ...graphs.ops import LAYOUT, LINEAR, RECURRENT, TABLE_OPS, Op
 from ..errors import HdlError
 from .fold import coef_width, layer_size, size_bound
 
@@ -57,9 +57,14 @@ def limit_note(name: str) -> str:
 def dense_weights(g: Any) -> dict[str, np.ndarray]:
     """Dense node name -> integer weight matrix (N_in, N_out), constant weights only. A
     Conv's is the Dense its streaming circuit runs per window (hdl/streamed/units.py
-    `conv_weights`: (kh*kw*Cin, Cout), block-diagonal for groups)."""
+    `conv_weights`: (kh*kw*Cin, Cout), block-diagonal for groups). An LSTM / GRU's is
+    [W; R] (F + H, G*H): its gate sums per step (hdl/streamed/recurrent.py)."""
     out = {}
     for n in g.nodes:
+        if n.op in RECURRENT and n.inputs[1] in g.constants:
+            out[n.name] = np.concatenate([np.asarray(g.constants[n.inputs[1]], dtype=np.int64),
+                                          np.asarray(g.constants[n.inputs[2]], dtype=np.int64)])
+            continue
         if n.op in LINEAR and n.inputs[1] in g.constants:
             w = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
             if n.op == Op.CONV:
@@ -74,7 +79,7 @@ def dense_weights(g: Any) -> dict[str, np.ndarray]:
 def _streamed(g: Any) -> bool:
     from ...graphs.ops import SPATIAL
 
-    return any(n.op in SPATIAL for n in g.nodes)
+    return any(n.op in SPATIAL or n.op in RECURRENT for n in g.nodes)
 
 
 def other_size(g: Any) -> tuple[int, int]:
@@ -91,8 +96,9 @@ def other_size(g: Any) -> tuple[int, int]:
             thr = np.asarray(g.constants[n.inputs[1]])
             size *= max(1, int(thr.shape[-1]) if thr.ndim else 1)
         ops += size
-        if n.op in TABLE_OPS:
-            for t in n.inputs[1:]:
+        if n.op in TABLE_OPS or n.op in RECURRENT:
+            first = 1 if n.op in TABLE_OPS else (6 if n.op == Op.LSTM else 5)  # gate tables
+            for t in n.inputs[first:]:
                 if t in g.constants:
                     width = int(getattr(g.tensor(t).dtype, "width", 32) or 32)
                     bits += int(np.asarray(g.constants[t]).size) * width

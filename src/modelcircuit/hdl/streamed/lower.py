@@ -29,11 +29,15 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ir import Graph, Node, Tensor
 from ...graphs.ops import (
+    RECURRENT,
     SPATIAL,
     AvgPoolAttrs,
     ConcatAttrs,
     ConvAttrs,
     DenseAttrs,
+    GatherAttrs,
+    GruAttrs,
+    LstmAttrs,
     MaxPoolAttrs,
     Op,
     ResizeAttrs,
@@ -48,6 +52,7 @@ from ..units.elementwise import Elementwise
 from ..vector.lower import LOWERING as VECTOR_LOWERING
 from ..vector.lower import Options, lower_node
 from .dense import FlatDense, conv_weights
+from .recurrent import RecurrentUnit, SelectUnit
 from .top import INPUT, StreamDesign
 from .units import (
     CollectUnit,
@@ -62,8 +67,9 @@ from .units import (
 
 
 def is_streamed(g: Graph) -> bool:
-    """A model with a spatial op streams its input pixel by pixel (cnn_ir.md)."""
-    return any(n.op in SPATIAL for n in g.nodes)
+    """A model with a spatial op streams its input pixel by pixel (cnn_ir.md); a recurrent
+    model its sequence step by step (one (F,) token per time step)."""
+    return any(n.op in SPATIAL or n.op in RECURRENT for n in g.nodes)
 
 
 def _t(g: Graph, name: str, node: Node | None = None) -> FixedType:
@@ -270,6 +276,9 @@ def _flat_dense(lw: _Lowering, node: Node, inst: str) -> None:
     g, where = lw.g, _where(node)
     acts, out = g.activations(node), node.outputs[0]
     if not (acts and acts[0] in lw.flat):
+        if acts and lw.get(acts[0], node)[2] and node.inputs[1] in g.constants:
+            _token_dense(lw, node, inst)
+            return
         _refuse_on_stream(node)
     s, tok = lw.flat[acts[0]]
     a = DenseAttrs.of(node)
@@ -283,6 +292,70 @@ def _flat_dense(lw: _Lowering, node: Node, inst: str) -> None:
                      None if bn is None else _t(g, bn, node), _t(g, out, node), a.acc,
                      a.relu, max(1, r // tok.per_frame))
     lw.add(inst, node, unit, [s], False, kind="Flatten + Dense, per pixel")
+
+
+def _token_dense(lw: _Lowering, node: Node, inst: str) -> None:
+    """A Dense applied to every token of a stream (the token-wise Dense after a recurrent
+    layer): the whole-vector Dense on one token, once per token (MapUnit)."""
+    g = lw.g
+    x, out = g.activations(node)[0], node.outputs[0]
+    s, tok, _ = lw.get(x, node)
+    oshape = tuple(g.tensor(out).shape)
+    tensors = dict(g.tensors)
+    tensors[x] = Tensor(x, (tok.elements,), g.tensor(x).dtype)
+    tensors[out] = Tensor(out, (oshape[-1],), g.tensor(out).dtype)
+    unit = lower_node(g.replace(tensors=tensors), node, lw.opt)
+    lw.add(inst, node, MapUnit(unit, [tok], Tok(_t(g, out, node), oshape[-1], tok.per_frame)),
+           [s], True, reuse=int(lw.opt.reuse.get(node.name, 1)), kind="Dense per token")
+
+
+def _recurrent(lw: _Lowering, node: Node, inst: str) -> None:
+    """LSTM / GRU -> RecurrentUnit (hdl/streamed/recurrent.py): one step per token."""
+    from ...graphs.reference import rnn_types
+
+    g, where = lw.g, _where(node)
+    s, tok, px = lw.ins(node)[0]
+    if not px:
+        raise HdlError(f"{where}: its input is not a sequence stream")
+    a: Any = LstmAttrs.of(node) if node.op == Op.LSTM else GruAttrs.of(node)
+    base = 6 if node.op == Op.LSTM else 5
+    if len(node.inputs) <= base + 1:
+        raise HdlError(f"{where}: no gate tables; compile the graph first")
+    types = rnn_types(node)
+    lohi = [(a.f_lo, a.f_shift), (a.g_lo, a.g_shift)]
+    if node.op == Op.LSTM:
+        lohi.append((a.h_lo, a.h_shift))
+    tables = [(np.asarray(g.constants[node.inputs[base + k]], dtype=np.int64), int(lo),
+               int(sh)) for k, (lo, sh) in enumerate(lohi)]
+    c = g.constants
+    unit = RecurrentUnit(
+        str(node.op), tok, _t(g, node.inputs[0], node), _t(g, node.inputs[1], node),
+        _t(g, node.inputs[3], node), c[node.inputs[1]], c[node.inputs[2]], c[node.inputs[3]],
+        c[node.inputs[4]], c[node.inputs[5]] if node.op == Op.LSTM else None, types, tables,
+        a.clip, bool(getattr(a, "lbr", False)), getattr(a, "emit", "h"),
+        int(lw.opt.reuse.get(node.name, 1)), lw.opt.adder_levels, lw.opt.schedule,
+        lw.opt.strategy if isinstance(lw.opt.strategy, str)
+        else lw.opt.strategy.get(node.name, "mult"))
+    lw.add(inst, node, unit, [s], True, reuse=unit.reuse, step_ii=unit.step_ii,
+           sequence_cycles=unit.step_ii * tok.per_frame)
+
+
+def _gather(lw: _Lowering, node: Node, inst: str) -> None:
+    """A Gather of one step of a sequence stream (Y_h, or Y[-1]) -> SelectUnit."""
+    g, where = lw.g, _where(node)
+    s, tok, px = lw.ins(node)[0]
+    a = GatherAttrs.of(node)
+    idx = a.index_array()
+    ishape = tuple(g.tensor(g.activations(node)[0]).shape)
+    if (not px and a.axis == 0 and ishape[:1] == (1,) and idx.size == 1
+            and _t(g, node.outputs[0], node) == tok.t):
+        lw.src[node.outputs[0]] = (s, tok, False)  # the only row of a vector: a new name
+        return
+    if not px or a.axis != 0 or idx.size != 1 or _t(g, node.outputs[0], node) != tok.t:
+        raise HdlError(f"{where}: a streamed Gather picks one token of a sequence (axis 0, "
+                       "one index, the same type)")
+    lw.add(inst, node, SelectUnit(tok, int(idx.reshape(-1)[0]) % tok.per_frame), [s], False,
+           kind="one step of the sequence")
 
 
 def _per_pixel(lw: _Lowering, node: Node, inst: str) -> None:
@@ -307,6 +380,9 @@ def _vector(lw: _Lowering, node: Node, inst: str) -> None:
     per frame."""
     g, where = lw.g, _where(node)
     out, ins = node.outputs[0], lw.ins(node)
+    if node.op == Op.GATHER:  # of a vector: the trivial one (a squeeze), else refused
+        _gather(lw, node, inst)
+        return
     if node.op not in VECTOR_LOWERING:
         lower_node(g, node, lw.opt)  # raises the usual refusal
     if any(i[1].per_frame != 1 for i in ins):
@@ -327,6 +403,8 @@ STREAM_LOWERING: dict[Op, StreamLower] = {
     Op.CONCAT: _concat,
     Op.RESHAPE: _reshape, Op.TRANSPOSE: _reshape,
     Op.DENSE: _flat_dense,
+    Op.LSTM: _recurrent, Op.GRU: _recurrent,
+    Op.GATHER: _gather,
     **{op: _per_pixel for op in (Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD,
                                  Op.ADD, Op.SUB, Op.MUL, Op.LUT, Op.CLIP, Op.TRUNC)},
 }

@@ -281,6 +281,10 @@ REFUSED: dict[Op, str] = {
     Op.MAX_POOL: "a model with spatial ops streams pixels: hdl/streamed/lower.py lowers it",
     Op.AVG_POOL: "a model with spatial ops streams pixels: hdl/streamed/lower.py lowers it",
     Op.RESIZE: "a model with spatial ops streams pixels: hdl/streamed/lower.py lowers it",
+    Op.LSTM: "a recurrent layer streams one time step per handshake: "
+             "hdl/streamed/recurrent.py lowers it",
+    Op.GRU: "a recurrent layer streams one time step per handshake: "
+            "hdl/streamed/recurrent.py lowers it",
 }
 
 
