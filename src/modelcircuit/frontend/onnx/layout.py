@@ -112,7 +112,7 @@ def _alias(im: ImportState, node: onnx.NodeProto, x: str, shp: tuple[int, ...]) 
     im.shapes[node.output[0]] = shp
 
 
-def _reshape_to(im: ImportState, node: onnx.NodeProto, x: str, full: tuple[int, ...]) -> None:
+def reshape_to(im: ImportState, node: onnx.NodeProto, x: str, full: tuple[int, ...]) -> None:
     """Reshape given an ONNX (batch-including, batch=1) target shape. Reshaping back to the
     shape of what an earlier Reshape started from is an alias of that tensor."""
     shp = act_shape(im, x)
@@ -136,7 +136,7 @@ def reshape(im: ImportState, node: onnx.NodeProto) -> None:
     shp = (1,) + act_shape(im, x)
     target = {"Flatten": flatten_target, "Reshape": reshape_target,
               "Squeeze": _squeeze_target, "Unsqueeze": _unsqueeze_target}[node.op_type]
-    _reshape_to(im, node, x, target(im, node, shp))
+    reshape_to(im, node, x, target(im, node, shp))
 
 
 def flatten_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
@@ -199,7 +199,7 @@ def reshape_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
     return (1, *rest)
 
 
-def _axes_of(im: ImportState, node: onnx.NodeProto) -> Any:
+def axes_of(im: ImportState, node: onnx.NodeProto) -> Any:
     """Squeeze/Unsqueeze axes: the attribute (opset < 13) or the constant input."""
     axes = attrs(node).get("axes")
     if axes is None and len(node.input) > 1 and node.input[1]:
@@ -209,7 +209,7 @@ def _axes_of(im: ImportState, node: onnx.NodeProto) -> Any:
 
 def _squeeze_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
                     ) -> tuple[int, ...]:
-    axes = _axes_of(im, node)
+    axes = axes_of(im, node)
     axes = (norm_axes(im, node, list(axes), len(shp)) if axes
             else [i for i, d in enumerate(shp) if d == 1 and i > 0])
     if 0 in axes:
@@ -222,7 +222,7 @@ def _squeeze_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
 
 def _unsqueeze_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
                       ) -> tuple[int, ...]:
-    axes = _axes_of(im, node)
+    axes = axes_of(im, node)
     if not axes:
         raise im.err(node, "Unsqueeze needs axes")
     out_rank = len(shp) + len(axes)

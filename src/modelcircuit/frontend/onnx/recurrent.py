@@ -269,10 +269,10 @@ def swapped_move(im: ImportState, node: onnx.NodeProto, x: str,
     bv = im.batch or 1
     full = list(shp[:b_in]) + [bv] + list(shp[b_in:])  # the ONNX shape
     if op in ("Squeeze", "Unsqueeze", "Reshape"):
-        from .layout import _axes_of, norm_axes
+        from .layout import axes_of, norm_axes
 
         if op == "Squeeze":
-            axes = _axes_of(im, node)
+            axes = axes_of(im, node)
             axes = norm_axes(im, node, list(axes), len(full)) if axes else \
                 [i for i, d in enumerate(full) if d == 1 and i != b_in]
             if b_in in axes or any(full[i] != 1 for i in axes):
@@ -280,7 +280,7 @@ def swapped_move(im: ImportState, node: onnx.NodeProto, x: str,
             target = [d for i, d in enumerate(full) if i not in axes]
             b_out = b_in - sum(1 for i in axes if i < b_in)
         elif op == "Unsqueeze":
-            axes = _axes_of(im, node)
+            axes = axes_of(im, node)
             if not axes:
                 return False
             rank = len(full) + len(axes)
@@ -302,9 +302,9 @@ def swapped_move(im: ImportState, node: onnx.NodeProto, x: str,
         per = tuple(d for i, d in enumerate(target) if i != b_out)
         if int(np.prod(per)) != int(np.prod(shp)):
             return False
-        from .layout import _reshape_to
+        from .layout import reshape_to
 
-        _reshape_to(im, node, x, (1,) + per)
+        reshape_to(im, node, x, (1,) + per)
         _set_layout(im, node.output[0], b_out, len(target), label)
         return True
     if op == "Gather":

@@ -28,7 +28,7 @@ from ..ir import Graph, GraphError, Node, Tensor
 from ..ops import RECURRENT, GruAttrs, LstmAttrs, Op, RecurrentAttrs, attrs
 from ..types import FixedType, NumType, Rounding, parse_type
 from .precision import DEFAULT_PRECISION, fit_int_bits
-from .tables import DEFAULT_TABLE_BITS, _shift_for, check_table_bits
+from .tables import DEFAULT_TABLE_BITS, check_table_bits, shift_for
 
 # where the table's index saturates (as passes/tables.py's Lut tables); others: the whole type
 _DOMAIN = {"sigmoid": (-8.0, 8.0), "tanh": (-4.0, 4.0), "hardsigmoid": (None, None)}
@@ -120,7 +120,7 @@ def _table(node: Node, k: int, tin: FixedType, width: int, rounding: Rounding,
     dlo, dhi = _DOMAIN.get(func, (None, None))
     lo = tin.qmin if dlo is None else max(tin.qmin, math.ceil(dlo * 2.0 ** tin.frac))
     hi = tin.qmax if dhi is None else min(tin.qmax, math.floor(dhi * 2.0 ** tin.frac))
-    shift = _shift_for(hi - lo + 1, bits)
+    shift = shift_for(hi - lo + 1, bits)
     lo = (lo >> shift) << shift
     size = ((hi - lo) >> shift) + 1
     s = lo + (np.arange(size, dtype=np.int64) << shift)

@@ -31,7 +31,7 @@ RECIP_TYPE = FixedType(18, 1, signed=False, rounding=Rounding.RND)
 _DOMAIN = {"sigmoid": (-8.0, 8.0), "tanh": (-4.0, 4.0), "selu": (-8.0, None), "exp": (None, None)}
 
 
-def _shift_for(n_codes: int, bits: int) -> int:
+def shift_for(n_codes: int, bits: int) -> int:
     return max(0, math.ceil(math.log2(n_codes / (1 << bits)))) if n_codes > (1 << bits) else 0
 
 
@@ -56,7 +56,7 @@ def _lut(g: Graph, node: Node, bits: int) -> tuple[Node, dict[str, np.ndarray], 
     dlo, dhi = _DOMAIN.get(func, (None, None))
     lo = tin.qmin if dlo is None else max(tin.qmin, _code(dlo, tin, up=True))
     hi = tin.qmax if dhi is None else min(tin.qmax, _code(dhi, tin, up=False))
-    shift = _shift_for(hi - lo + 1, bits)
+    shift = shift_for(hi - lo + 1, bits)
     lo = (lo >> shift) << shift  # a multiple of 2**shift: the index is a bit slice
     table = make_table(func, node, lo, hi, shift, tin, tout)
     name = f"{node.name}_table"
@@ -71,7 +71,7 @@ def _softmax(g: Graph, node: Node, bits: int) -> tuple[Node, dict[str, np.ndarra
     n = int(np.prod(g.tensor(node.inputs[0]).shape))
     span = max(1, math.ceil(16.0 * 2.0**tin.frac))  # exp(-16) ~ 1e-7: below the exp type's lsb
     span = min(span, tin.qmax - tin.qmin)
-    shift = _shift_for(span + 1, bits)
+    shift = shift_for(span + 1, bits)
     k = -(-span // (1 << shift))
     exp_lo = -(k << shift)
     exp_table = make_table("exp", node, exp_lo, 0, shift, tin, EXP_TYPE)
@@ -79,7 +79,7 @@ def _softmax(g: Graph, node: Node, bits: int) -> tuple[Node, dict[str, np.ndarra
     if int(exp_table[-1]) != one:
         raise GraphError(f"node {node.name}: exp table does not map 0 to 1.0")
     r_lo, r_hi = one, n * int(exp_table.max())
-    r_shift = _shift_for(r_hi - r_lo + 1, bits)
+    r_shift = shift_for(r_hi - r_lo + 1, bits)
     r_lo = (r_lo >> r_shift) << r_shift
     recip_table = make_table("reciprocal", node, r_lo, r_hi, r_shift, EXP_TYPE, RECIP_TYPE)
     en, rn = f"{node.name}_exp_table", f"{node.name}_recip_table"

@@ -37,7 +37,7 @@ from ..plan.schedule import Schedule
 from ..units.arith import fit, requantize, shape_of, table_index
 from ..units.base import circuit
 from ..units.dense import Dense
-from ..units.elementwise import _rom
+from ..units.elementwise import table_rom
 from .units import Step, SUnit, Tok
 
 # cycles from the (last) Dense's sums to the output token (the state registers are written
@@ -201,7 +201,7 @@ class RecurrentUnit(SUnit):
             copies = roms[k]
             if not copies or copies[-1][1] == TABLE_PORTS:
                 name = f"table_{'fgh'[k]}{len(copies)}"
-                copies.append([_rom(m, name, vals, ty[("f_type", "g_type", "h_type")[k]]), 0])
+                copies.append([table_rom(m, name, vals, ty[("f_type", "g_type", "h_type")[k]]), 0])
             copies[-1][1] += 1
             rp = copies[-1][0].read_port(domain="sync")
             m.d.comb += [rp.addr.eq(table_index(q, lo, shift, len(vals))), rp.en.eq(en)]
