@@ -266,7 +266,9 @@ def check_node(im: ImportState, node: onnx.NodeProto, quant: bool) -> None:
 
 
 def _check_structure(im: ImportState, node: onnx.NodeProto) -> None:
-    if not node.output or not node.output[0]:
+    # LSTM/GRU may leave their sequence output Y unnamed and give only the last states
+    if not node.output or not (node.output[0] or (node.op_type in ("LSTM", "GRU")
+                                                  and any(node.output))):
         raise im.err(node, "has no output")
     outs = [o for o in node.output if o]
     if len(set(outs)) != len(outs):

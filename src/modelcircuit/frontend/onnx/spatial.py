@@ -352,7 +352,7 @@ def reduce_mean(im: ImportState, node: onnx.NodeProto) -> None:
             _int_list(im, node, 1, "axes") if im.opset >= 18 else None)
     axes = sorted({ax % rank for ax in axes}) if axes else None
     if axes != list(range(2, rank)) or rank < 3 or not int(a.get("keepdims", 1)):
-        raise im.err(node, f"ReduceMean over axes {axes} (keepdims "
+        raise im.unsupported(node, "axes", f"ReduceMean over axes {axes} (keepdims "
                      f"{int(a.get('keepdims', 1))}) of a rank-{rank} tensor: only the mean "
                      "over all spatial axes of an (N, C, ...) frame with keepdims=1 (a global "
                      "average pool) is supported")
