@@ -128,6 +128,8 @@ class UartWrapper(wiring.Component):
     def __init__(self, core: Any, in_bits: int, out_bits: int, divisor: int,
                  frame_timeout: int | None = None, buffered: bool | None = None,
                  ii: int = 1):
+        if divisor < 4:  # refused here, before any part of the design is built
+            raise ValueError(f"UART divisor must be >= 4 clocks per bit, got {divisor}")
         self.core = core
         self.in_bits, self.out_bits = int(in_bits), int(out_bits)
         self.n_in, self.n_out = frame_bytes(in_bits), frame_bytes(out_bits)

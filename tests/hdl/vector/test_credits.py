@@ -22,7 +22,8 @@ import pytest
 
 from modelcircuit.api import compile as mc_compile
 from modelcircuit.frontend.builder import GraphBuilder
-from modelcircuit.hdl.vector.top import build_top
+from modelcircuit.hdl.plan.circuit import resolve_plan
+from modelcircuit.hdl.vector.top import VectorDesign, build_top, plan_top
 from modelcircuit.sim.amaranth_sim import simulate
 
 from ..helpers import check, golden
@@ -119,11 +120,12 @@ def test_soft_products_split_in_halves(precision, reuse):
     h = b.dense(b.relu(h), rng.normal(0, 0.9, size=(6, 3)), None)
     b.output(h)
     c = mc_compile(b.build(), precision=precision, table_bits=6, profile="ecp5-25k")
-    top, info = build_top(c, reuse, pipeline="fmax")
-    dense = [u for _, n, u, _ in top.units if n.op == "Dense"]
+    design = VectorDesign(c, resolve_plan(c, reuse, "fmax"))  # the plan as data
+    info = design.info()
+    dense = [u for _, n, u, _ in design.units if n.op == "Dense"]
     assert dense and all(d.split_k >= 2 for d in dense), [d.split_k for d in dense]
-    plain = build_top(mc_compile(b.build(), precision=precision, table_bits=6), reuse,
-                      pipeline="fmax")[1]
+    plain = plan_top(mc_compile(b.build(), precision=precision, table_bits=6), reuse,
+                     pipeline="fmax")
     assert info["latency"] == plain["latency"] and info["ii"] == plain["ii"]
     x = _inputs(c, 30, seed=4)
     x[0], x[1] = x.min(), x.max()
