@@ -122,14 +122,20 @@ class UartTx(wiring.Component):
         return m
 
 
+def check_divisor(divisor: int) -> int:
+    """Clocks per bit: at least 4 (the receiver samples mid-bit from a half-bit count)."""
+    if divisor < 4:
+        raise ValueError(f"UART divisor must be >= 4 clocks per bit, got {divisor}")
+    return int(divisor)
+
+
 class UartWrapper(wiring.Component):
     """The model core behind a UART (see the module docstring for the byte protocol)."""
 
     def __init__(self, core: Any, in_bits: int, out_bits: int, divisor: int,
                  frame_timeout: int | None = None, buffered: bool | None = None,
                  ii: int = 1):
-        if divisor < 4:  # refused here, before any part of the design is built
-            raise ValueError(f"UART divisor must be >= 4 clocks per bit, got {divisor}")
+        check_divisor(divisor)  # refused here, before any part of the design is built
         self.core = core
         self.in_bits, self.out_bits = int(in_bits), int(out_bits)
         self.n_in, self.n_out = frame_bytes(in_bits), frame_bytes(out_bits)
