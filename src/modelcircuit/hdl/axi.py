@@ -53,8 +53,9 @@ from amaranth.lib.wiring import In, Out
 from ..graphs.compiled import CompiledGraph
 from .errors import HdlError
 from .names import check_top_name
+from .plan.circuit import resolve_plan
 from .plan.reuse import Reuse
-from .vector.top import build_top
+from .vector.top import build_top, plan_top
 
 ADDR_BITS = 6
 REGISTERS = {"GRAPH_ID0": 0x00, "GRAPH_ID1": 0x04, "GRAPH_ID2": 0x08, "GRAPH_ID3": 0x0C,
@@ -358,8 +359,10 @@ def axi_top(compiled: CompiledGraph, reuse: Reuse | str | None = None,
             ) -> tuple[AxiModel, dict[str, Any]]:
     """The model (build_top) inside AxiModel; its info gains "axi" (layout, register map,
     ports). Beat widths: AxiLayout.from_info."""
-    core, info = build_top(compiled, reuse, adder_levels, pipeline)
-    layout = AxiLayout.from_info(info, beat_bytes, out_beat_bytes)
+    plan = resolve_plan(compiled, reuse, pipeline, adder_levels)
+    # the beat widths are checked on the plan's figures, before any component is built
+    layout = AxiLayout.from_info(plan_top(compiled, plan), beat_bytes, out_beat_bytes)
+    core, info = build_top(compiled, plan)
     top = AxiModel(core, info, compiled.graph_id, layout)
     info = dict(info, axi=axi_info(top))
     return top, info
