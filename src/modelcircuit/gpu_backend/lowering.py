@@ -364,6 +364,9 @@ LOWERING: dict[Op, LowerFn] = {
 REFUSED: dict[Op, str] = {
     Op.DIV: "division of two activations is float only and has no GPU kernel yet; "
             "the golden model runs it",
+    Op.MATMUL: "no GPU kernel yet for a product of two activations (the golden model runs it)",
+    Op.ATTENTION: "no GPU kernel yet for attention (the golden model runs it)",
+    Op.LAYER_NORM: "no GPU kernel yet for layer normalisation (the golden model runs it)",
 }
 
 

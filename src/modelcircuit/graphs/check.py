@@ -57,12 +57,13 @@ def verify_graph(g: Graph) -> Graph:
                 raise GraphError(f"{_at(n)}: input {i!r} is neither a graph input, a constant "
                                  "nor the output of an earlier node")
             const = i in consts
-            if const and (k == 0 or spec.consts == "none"):
+            if const and (k < spec.activations or spec.consts == "none"):
                 raise GraphError(f"{_at(n)}: input {k} ({i!r}) is a constant; {n.op} takes "
                                  f"({spec.signature}) with activations there")
-            if not const and k > 0 and spec.consts == "rest":
+            if not const and k >= spec.activations and spec.consts == "rest":
                 raise GraphError(f"{_at(n)}: input {k} ({i!r}) is an activation; {n.op} takes "
-                                 f"({spec.signature}) with constants after the first")
+                                 f"({spec.signature}) with constants after the "
+                                 f"{'first' if spec.activations == 1 else spec.activations}")
         for o in n.outputs:
             if o not in tensors:
                 raise GraphError(f"{_at(n)}: output {o!r} has no tensor entry")

@@ -53,6 +53,9 @@ class Op(StrEnum):
     TRUNC = "Trunc"            # QONNX Trunc on codes: drop/add bits, a QONNX rounding mode
     LSTM = "LSTM"              # forward LSTM over a (T, F) sequence: graphs/recurrent.py
     GRU = "GRU"                # forward GRU over a (T, F) sequence: graphs/recurrent.py
+    MATMUL = "MatMul"          # two activations, a @ b per sample: graphs/attention.py
+    ATTENTION = "Attention"    # multi-head scaled dot-product attention: graphs/attention.py
+    LAYER_NORM = "LayerNorm"   # over the last axis, table rsqrt: graphs/attention.py
 
 
 # Categories: what passes and backends ask, in one place.
@@ -74,6 +77,8 @@ FLOAT_CHAIN = frozenset({Op.BATCHNORM, Op.MUL, Op.ADD, Op.SUB, Op.DIV, Op.RELU})
 EXACT_PRODUCERS = frozenset({Op.DENSE, Op.CONV, Op.RELU, Op.ADD, Op.SUB, Op.LEAKY_RELU})
 # recurrent ops: a per-sample (T, F) sequence in, the (T, H) sequence of states out
 RECURRENT = frozenset({Op.LSTM, Op.GRU})
+# attention ops (graphs/attention.py has the numeric contract)
+ATTENTION_OPS = frozenset({Op.MATMUL, Op.ATTENTION, Op.LAYER_NORM})
 ALL = frozenset(Op)
 
 # the float functions a Lut may name (reference.FLOAT_FUNCS defines each; a test says so)
@@ -357,6 +362,50 @@ class GruAttrs(RecurrentAttrs):
     hn_type: FixedType | None = _a("fixed", None)  # lbr: h.Rh + Rbh, requantized
 
 
+@dataclass(frozen=True)
+class MatMulAttrs(Attrs):
+    """a @ b of two activations over the last two axes (graphs/attention.py)."""
+    OP = Op.MATMUL
+    acc: FixedType | None = _a("fixed", None)  # exact sum of products
+
+
+@dataclass(frozen=True)
+class AttentionAttrs(Attrs):
+    """Multi-head scaled dot-product attention (graphs/attention.py has the contract).
+    Inputs q (T, H*dk), k (S, H*dk), v (S, H*dv) [, mask (T, S) when `masked`] [, exp_table,
+    recip_table]. `scale` multiplies the scores (1/sqrt(dk) unless the model says other);
+    the fixed-point fields are set by the types pass."""
+    OP = Op.ATTENTION
+    heads: int = _a("int")
+    scale: float = _a("float")
+    masked: bool = _a("bool", False)
+    acc: FixedType | None = _a("fixed", None)          # exact q.k sums
+    scale_code: int | None = _a("int", None)           # the scale as c * 2**-scale_frac
+    scale_frac: int | None = _a("int", None)
+    score_type: FixedType | None = _a("fixed", None)   # scores after the scale
+    prob_type: FixedType | None = _a("fixed", None)    # softmax output
+    out_acc: FixedType | None = _a("fixed", None)      # exact p.v sums
+    exp_type: FixedType | None = _a("fixed", None)     # Softmax's two tables
+    exp_lo: int | None = _a("int", None)
+    exp_shift: int | None = _a("int", None)
+    recip_type: FixedType | None = _a("fixed", None)
+    recip_lo: int | None = _a("int", None)
+    recip_shift: int | None = _a("int", None)
+
+
+@dataclass(frozen=True)
+class LayerNormAttrs(Attrs):
+    """LayerNormalization over the last axis (graphs/attention.py has the contract). Inputs
+    x, gamma, beta [, g, b, rsqrt_table] (the last three set by the types pass: gamma *
+    sqrt(D) and beta quantized, the rsqrt table)."""
+    OP = Op.LAYER_NORM
+    epsilon: float = _a("float")
+    acc: FixedType | None = _a("fixed", None)          # the exact variance sum V
+    eps_code: int | None = _a("int", None)             # E of step 2
+    rsqrt_bits: int | None = _a("int", None)           # M: the table has 2**M entries
+    rsqrt_frac: int | None = _a("int", None)           # fr
+
+
 def window_shape(in_spatial: tuple[int, ...], kernel: tuple[int, ...], strides: tuple[int, ...],
                  pads: tuple[int, ...]) -> tuple[int, ...]:
     """Output spatial shape of a window op (floor mode)."""
@@ -377,6 +426,7 @@ class OpSpec:
     signature: str
     counts: frozenset[int] | None
     consts: str = "rest"
+    activations: int = 1  # how many leading inputs are activations ("rest": the others not)
 
 
 def _n(*k: int) -> frozenset[int]:
@@ -409,6 +459,10 @@ SPECS: dict[Op, OpSpec] = {
     Op.TRUNC: OpSpec(TruncAttrs, "x", _n(1)),
     Op.LSTM: OpSpec(LstmAttrs, "x, W, R, B, h0, c0[, table_f, table_g, table_h]", _n(6, 9)),
     Op.GRU: OpSpec(GruAttrs, "x, W, R, B, h0[, table_f, table_g]", _n(5, 7)),
+    Op.MATMUL: OpSpec(MatMulAttrs, "a, b", _n(2), "none"),
+    Op.ATTENTION: OpSpec(AttentionAttrs, "q, k, v[, mask][, exp_table, recip_table]",
+                         _n(3, 4, 5, 6), "rest", 3),
+    Op.LAYER_NORM: OpSpec(LayerNormAttrs, "x, gamma, beta[, g, b, rsqrt_table]", _n(3, 6)),
 }
 
 

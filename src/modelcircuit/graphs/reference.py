@@ -17,10 +17,12 @@ from typing import Any
 import numpy as np
 
 from . import arithmetic, recurrent
+from . import attention as attn
 from . import fixed as fx
 from .arithmetic import Arithmetic
 from .ir import Graph, GraphError, Node
 from .ops import (
+    AttentionAttrs,
     AvgPoolAttrs,
     BatchNormAttrs,
     BipolarAttrs,
@@ -30,6 +32,7 @@ from .ops import (
     DenseAttrs,
     GatherAttrs,
     GruAttrs,
+    LayerNormAttrs,
     LeakyReluAttrs,
     LstmAttrs,
     LutAttrs,
@@ -932,6 +935,50 @@ OPS: dict[Op, OpFn] = {
 
 
 OPS.update({Op.LSTM: rnn, Op.GRU: rnn})
+
+
+# -- attention (graphs/attention.py has the numeric contract) ------------------------------
+def matmul(g: Graph, node: Node, ins: list[Array]) -> Array:
+    a, b = ins
+    if not _is_fixed(g, node):
+        return _f32(np.matmul(_f32(a), _f32(b)))
+    fa, fb = _t(g, node.inputs[0]).frac, _t(g, node.inputs[1]).frac
+    return _finish(g, node, attn.exact_matmul(a, b), fa + fb)
+
+
+def attention(g: Graph, node: Node, ins: list[Array]) -> Array:
+    a = AttentionAttrs.of(node)
+    q, k, v = ins[:3]
+    mask = _const(g, node.inputs[3]) if a.masked else None
+    if not _is_fixed(g, node):
+        return attn.attention_float(q, k, v, a.heads, a.scale, mask)
+    keep = attn.mask_keep(mask)
+    mask_codes = None
+    if mask is not None:
+        finite = np.where(keep, mask, 0.0)
+        mask_codes = fx.quantize(finite, a.score_type) if finite.any() else None
+    tq, tk, tv = (_t(g, n) for n in node.inputs[:3])
+    exp_t, rec_t = (_const(g, n).astype(np.int64) for n in node.inputs[-2:])
+    return attn.attention_codes(
+        q, k, v, a.heads, fq=tq.frac, fk=tk.frac, fv=tv.frac, scale_code=a.scale_code,
+        scale_frac=a.scale_frac, score_type=a.score_type, mask_codes=mask_codes, keep=keep,
+        exp_t=exp_t, exp_lo=a.exp_lo, exp_shift=a.exp_shift, f_exp=a.exp_type.frac,
+        rec_t=rec_t, recip_lo=a.recip_lo, recip_shift=a.recip_shift,
+        f_recip=a.recip_type.frac, prob_type=a.prob_type, out_type=_out(g, node))
+
+
+def layer_norm(g: Graph, node: Node, ins: list[Array]) -> Array:
+    a = LayerNormAttrs.of(node)
+    if not _is_fixed(g, node):
+        return attn.layernorm_float(ins[0], _const(g, node.inputs[1]),
+                                    _const(g, node.inputs[2]), a.epsilon)
+    gn, bn, tn = node.inputs[3:6]
+    return attn.layernorm_codes(ins[0], _const(g, gn), _t(g, gn).frac, _const(g, bn),
+                                _t(g, bn).frac, a.eps_code, a.rsqrt_bits, a.rsqrt_frac,
+                                _const(g, tn).astype(np.int64), _out(g, node))
+
+
+OPS.update({Op.MATMUL: matmul, Op.ATTENTION: attention, Op.LAYER_NORM: layer_norm})
 
 
 def quantize_inputs(g: Graph, xs: list[Array]) -> list[Array]:

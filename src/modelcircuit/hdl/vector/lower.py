@@ -285,6 +285,9 @@ REFUSED: dict[Op, str] = {
              "hdl/streamed/recurrent.py lowers it",
     Op.GRU: "a recurrent layer streams one time step per handshake: "
             "hdl/streamed/recurrent.py lowers it",
+    Op.MATMUL: "a product of two activations has no circuit outside an attention pattern",
+    Op.ATTENTION: "attention streams tokens: no whole-vector circuit yet",
+    Op.LAYER_NORM: "layer normalisation streams tokens: no whole-vector circuit yet",
 }
 
 
