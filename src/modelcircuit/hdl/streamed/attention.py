@@ -320,4 +320,43 @@ def attention_unit(g: Any, node: Any, toks: list[Tok]) -> AttentionUnit:
                          a.prob_type, out_t, where)
 
 
-__all__ = ["AttentionUnit", "attention_unit", "row_cycles", "sequence_cycles"]
+# -- the streamed lowerings (hdl/streamed/lower.py's STREAM_LOWERING names them) -------------
+def streams_tokens(g: Any, node: Any) -> bool:
+    """Does this node make a model streamed (one token per handshake)? Attention always; a
+    LayerNorm over the last axis of a (T, D) sequence."""
+    from ...graphs.ops import Op
+
+    if node.op == Op.ATTENTION:
+        return True
+    return node.op == Op.LAYER_NORM and len(g.tensor(node.inputs[0]).shape) >= 2
+
+
+def lower_attention(lw: Any, node: Any, inst: str) -> None:
+    """Attention on three token streams -> AttentionUnit."""
+    where = f"node {node.name} ({node.op})"
+    ins = lw.ins(node)
+    if len(ins) != 3 or not all(i[2] for i in ins):
+        raise HdlError(f"{where}: q, k and v must be token streams (a (T, D) sequence each)")
+    unit = attention_unit(lw.g, node, [i[1] for i in ins])
+    lw.add(inst, node, unit, [i[0] for i in ins], True, kind="attention, keys serial",
+           row_cycles=unit.row, sequence_cycles=sequence_cycles(unit.t_len, unit.s_len))
+
+
+def lower_layer_norm(lw: Any, node: Any, inst: str) -> None:
+    """LayerNorm of every token of a stream -> MapUnit(LayerNormUnit)."""
+    from ..units.arith import check_fixed
+    from ..units.layernorm import layernorm_unit
+    from .units import MapUnit
+
+    g, where = lw.g, f"node {node.name} ({node.op})"
+    s, tok, px = lw.ins(node)[0]
+    out = node.outputs[0]
+    tout = check_fixed(g.tensor(out).dtype, f"{where}, tensor {out!r}")
+    if not px and tok.per_frame != 1:
+        raise HdlError(f"{where}: its input is not a token stream")
+    unit = layernorm_unit(g, node, tok.t, tok.elements, tout)
+    lw.add(inst, node, MapUnit(unit, [tok], Tok(tout, tok.elements, tok.per_frame)), [s], px,
+           kind="LayerNorm per token")
+
+__all__ = ["AttentionUnit", "attention_unit", "lower_attention", "lower_layer_norm",
+           "row_cycles", "sequence_cycles", "streams_tokens"]

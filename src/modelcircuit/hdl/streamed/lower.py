@@ -52,6 +52,7 @@ from ..units.elementwise import Elementwise
 from ..vector.lower import LOWERING as VECTOR_LOWERING
 from ..vector.lower import Options, lower_node
 from .dense import FlatDense, conv_weights
+from .attention import lower_attention, lower_layer_norm, streams_tokens
 from .recurrent import RecurrentUnit, SelectUnit
 from .top import INPUT, StreamDesign
 from .units import (
@@ -69,7 +70,7 @@ from .units import (
 def is_streamed(g: Graph) -> bool:
     """A model with a spatial op streams its input pixel by pixel (cnn_ir.md); a recurrent
     model its sequence step by step (one (F,) token per time step)."""
-    return any(n.op in SPATIAL or n.op in RECURRENT for n in g.nodes)
+    return any(n.op in SPATIAL or n.op in RECURRENT or streams_tokens(g, n) for n in g.nodes)
 
 
 def _t(g: Graph, name: str, node: Node | None = None) -> FixedType:
@@ -405,6 +406,7 @@ STREAM_LOWERING: dict[Op, StreamLower] = {
     Op.DENSE: _flat_dense,
     Op.LSTM: _recurrent, Op.GRU: _recurrent,
     Op.GATHER: _gather,
+    Op.ATTENTION: lower_attention, Op.LAYER_NORM: lower_layer_norm,  # hdl/streamed/attention.py
     **{op: _per_pixel for op in (Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD,
                                  Op.ADD, Op.SUB, Op.MUL, Op.LUT, Op.CLIP, Op.TRUNC)},
 }
@@ -413,6 +415,8 @@ STREAM_REFUSED: dict[Op, str] = {
     op: "no streaming circuit on a pixel stream (after a Flatten it runs on the whole vector, "
         "hdl/vector/lower.py)"
     for op in Op if op not in STREAM_LOWERING}
+STREAM_REFUSED[Op.MATMUL] = ("a product of two activations streams only inside an Attention "
+                             "node (hdl/streamed/attention.py)")
 
 
 def _refuse_on_stream(node: Node) -> None:

@@ -126,4 +126,17 @@ def layernorm_unit(g: Any, node: Any, tx: FixedType, d: int, tout: FixedType) ->
                          np.asarray(g.constants[tn]), where)
 
 
-__all__ = ["LATENCY", "LayerNormUnit", "layernorm_unit"]
+def lower_layer_norm(g: Any, node: Any, opt: Any) -> LayerNormUnit:
+    """hdl/vector/lower.py's entry: LayerNorm of a (D,) (or (1, D)) vector."""
+    from .arith import check_fixed
+
+    where = f"node {node.name} ({node.op})"
+    shp = tuple(g.tensor(node.inputs[0]).shape)
+    if len(shp) > 1 and int(np.prod(shp[:-1])) != 1:
+        raise HdlError(f"{where}: a LayerNorm of {list(shp)} in a whole-vector model; a "
+                       "sequence streams one token per handshake (hdl/streamed)")
+    tx = check_fixed(g.tensor(node.inputs[0]).dtype, f"{where}, tensor {node.inputs[0]!r}")
+    tout = check_fixed(g.tensor(node.outputs[0]).dtype, f"{where}, tensor {node.outputs[0]!r}")
+    return layernorm_unit(g, node, tx, shp[-1], tout)
+
+__all__ = ["LATENCY", "LayerNormUnit", "layernorm_unit", "lower_layer_norm"]

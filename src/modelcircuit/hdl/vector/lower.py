@@ -35,6 +35,7 @@ from ..units.arith import check_fixed, const_mul, fit, relu, requantize
 from ..units.base import Unit
 from ..units.dense import Dense
 from ..units.elementwise import Elementwise, Lut, Wiring, threshold_fn
+from ..units.layernorm import lower_layer_norm
 from ..units.softmax import SOFT_PRODUCT_SLICE, Softmax, SoftmaxSerial, use_serial
 
 
@@ -270,6 +271,7 @@ LOWERING: dict[Op, Lowering] = {
     Op.BIPOLAR: lower_bipolar, Op.THRESHOLD: lower_threshold, Op.LUT: lower_lut,
     Op.SOFTMAX: lower_softmax, Op.RESHAPE: lower_reshape, Op.TRANSPOSE: lower_transpose,
     Op.CLIP: lower_clip, Op.TRUNC: lower_trunc,
+    Op.LAYER_NORM: lower_layer_norm,  # hdl/units/layernorm.py
 }
 
 REFUSED: dict[Op, str] = {
@@ -286,8 +288,7 @@ REFUSED: dict[Op, str] = {
     Op.GRU: "a recurrent layer streams one time step per handshake: "
             "hdl/streamed/recurrent.py lowers it",
     Op.MATMUL: "a product of two activations has no circuit outside an attention pattern",
-    Op.ATTENTION: "attention streams tokens: no whole-vector circuit yet",
-    Op.LAYER_NORM: "layer normalisation streams tokens: no whole-vector circuit yet",
+    Op.ATTENTION: "attention streams tokens: hdl/streamed/attention.py lowers it",
 }
 
 
