@@ -51,8 +51,8 @@ from ..units.dense import Dense
 from ..units.elementwise import Elementwise
 from ..vector.lower import LOWERING as VECTOR_LOWERING
 from ..vector.lower import Options, lower_node
-from .dense import FlatDense, conv_weights
 from .attention import lower_attention, lower_layer_norm, streams_tokens
+from .dense import FlatDense, conv_weights
 from .recurrent import RecurrentUnit, SelectUnit
 from .top import INPUT, StreamDesign
 from .units import (
