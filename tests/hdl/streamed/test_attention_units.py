@@ -144,3 +144,29 @@ def test_attention_unit_bit_exact(case: str) -> None:
         assert tm.latency[0] >= unit.s_len + unit.t_len * unit.row
         starts = res.accepted[::t]
         assert all(b - a == tm.frame_cycles for a, b in zip(starts, starts[1:], strict=False))
+
+
+@pytest.mark.parametrize("d,passes,gap,bp", [(8, 3, 0.3, 0.4), (7, 7, 0.0, 0.0),
+                                             (6, 2, 0.2, 0.0)])
+def test_layernorm_fold_bit_exact(d, passes, gap, bp) -> None:
+    """The folded LayerNorm (lanes = ceil(D / passes) elements per cycle, II 2P + 5)."""
+    from modelcircuit.hdl.units.layernorm import LayerNormFold, fold_ii
+
+    tin, tout = FixedType(16, 6), FixedType(14, 5, rounding=Rounding.RND)
+    g, fg, b, fb, eps, table = _ln_case(3, d, tin, tout, 9, 13)
+    rng = np.random.default_rng(4)
+    n, t = 3, 4
+    x = rng.integers(tin.qmin, tin.qmax + 1, size=(n, t, d))
+    x[0, 0] = -5
+    x[2, 3, 1:] = tin.qmax
+    want = attn.layernorm_codes(x, g, fg, b, fb, eps, 9, 13, table, tout)
+    unit = LayerNormFold(tin, d, tout, g, fg, b, fb, eps, 9, 13, table, passes=passes)
+    assert unit.ii == fold_ii(d, unit.passes) and unit.multipliers == 3 * -(-d // passes)
+    des = StreamDesign("lnf", Tok(tin, d, t))
+    des.add("ln", MapUnit(unit, [Tok(tin, d, t)], Tok(tout, d, t)), [-1])
+    res, tm = _run(des, x, gap, bp)
+    np.testing.assert_array_equal(res.outputs.reshape(want.shape), want)
+    if gap == 0 and bp == 0:
+        assert tm.ii == unit.ii
+        assert set(np.diff(res.accepted).tolist()) == {unit.ii}
+        assert res.delivered[t - 1] - res.accepted[0] == tm.latency[0]

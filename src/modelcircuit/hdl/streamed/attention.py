@@ -342,6 +342,24 @@ def lower_attention(lw: Any, node: Any, inst: str) -> None:
            row_cycles=unit.row, sequence_cycles=sequence_cycles(unit.t_len, unit.s_len))
 
 
+def layernorm_passes(g: Any, node: Any, reuse: Any) -> int:
+    """Cycles per pass of a streamed LayerNorm (hdl/units/layernorm.py LayerNormFold): the
+    plan's reuse for the node if it names one, else the most that keeps its II within the
+    row time of the graph's attention (one output token per row: the LayerNorms after it
+    see no more than that), else 0 (the parallel unit, II 1)."""
+    from ...graphs.ops import Op
+    from ..units.layernorm import fold_passes
+
+    if node.name in reuse:
+        return int(reuse[node.name])
+    rows = [row_cycles(int(g.tensor(n.inputs[1]).shape[-2])) for n in g.nodes
+            if n.op == Op.ATTENTION]
+    if not rows:
+        return 0
+    d = int(g.tensor(node.inputs[0]).shape[-1])
+    return fold_passes(d, min(rows))
+
+
 def lower_layer_norm(lw: Any, node: Any, inst: str) -> None:
     """LayerNorm of every token of a stream -> MapUnit(LayerNormUnit)."""
     from ..units.arith import check_fixed
@@ -354,9 +372,11 @@ def lower_layer_norm(lw: Any, node: Any, inst: str) -> None:
     tout = check_fixed(g.tensor(out).dtype, f"{where}, tensor {out!r}")
     if not px and tok.per_frame != 1:
         raise HdlError(f"{where}: its input is not a token stream")
-    unit = layernorm_unit(g, node, tok.t, tok.elements, tout)
+    unit = layernorm_unit(g, node, tok.t, tok.elements, tout,
+                          layernorm_passes(g, node, lw.opt.reuse))
     lw.add(inst, node, MapUnit(unit, [tok], Tok(tout, tok.elements, tok.per_frame)), [s], px,
            kind="LayerNorm per token")
 
-__all__ = ["AttentionUnit", "attention_unit", "lower_attention", "lower_layer_norm",
+__all__ = ["AttentionUnit", "attention_unit", "layernorm_passes", "lower_attention",
+           "lower_layer_norm",
            "row_cycles", "sequence_cycles", "streams_tokens"]

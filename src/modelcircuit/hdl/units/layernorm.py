@@ -21,11 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from amaranth.hdl import Module, Value
+from amaranth.hdl import Module, Mux, Signal, Value, signed
 
 from ...graphs.types import FixedType
 from ..errors import HdlError
-from .arith import fit, requantize
+from .arith import fit, requantize, shape_of
 from .base import Unit
 from .elementwise import table_read, table_rom
 
@@ -108,8 +108,131 @@ class LayerNormUnit(Unit):
         return m
 
 
-def layernorm_unit(g: Any, node: Any, tx: FixedType, d: int, tout: FixedType) -> LayerNormUnit:
-    """The unit of a compiled LayerNorm node (inputs x, gamma, beta, g, b, rsqrt_table)."""
+def _times_const(v: Value, k: int) -> Value:
+    """v * k for a small positive constant k as shifts and adds (no multiplier)."""
+    out: Value | None = None
+    for b in range(k.bit_length()):
+        if k >> b & 1:
+            out = Value.cast(v) << b if out is None else out + (Value.cast(v) << b)
+    assert out is not None
+    return out
+
+
+def fold_ii(d: int, passes: int) -> int:
+    """II (= latency) of LayerNormFold over d elements in `passes` cycles per pass."""
+    return 2 * passes + 5
+
+
+def fold_passes(d: int, budget: int) -> int:
+    """The most cycles per pass (fewest multipliers) whose II stays within `budget` cycles
+    per token; 0 when even one cycle per pass does not (the parallel unit then)."""
+    p = max(0, (budget - 5) // 2)
+    if p <= 1:
+        return 0
+    lanes = -(-d // min(p, d))
+    return -(-d // lanes)
+
+
+class LayerNormFold(LayerNormUnit):
+    """LayerNorm of one (D,) token with `lanes` = ceil(D / passes) elements per cycle: the
+    contract of LayerNormUnit, its sums in three steps per token:
+      cycle 0 (start):    q and S = sum q registered (an adder tree, no multiplier);
+      cycle 1:            d_i = D * q_i - S (shift-adds) into a ring of D registers;
+      cycles 2..P+1:      the ring rotates by `lanes`; V += the lanes' d_i ** 2 (E first);
+      cycle P+2:          e and m = V >> 2e registered; the ROM reads R (valid at P+4);
+      cycles P+4..2P+3:   the ring rotates again: t = (d * R) >> e registered, then
+                          y = requantize(t * g + b) into the output ring (g, b rotate in
+                          constant rings alongside).
+    II = latency = 2P + 5; 3 * lanes multipliers."""
+
+    def __init__(self, *args: Any, passes: int, **kw: Any):
+        super().__init__(*args, **kw)
+        self.lanes = -(-self.d // max(1, int(passes)))
+        self.passes = -(-self.d // self.lanes)
+        self.ii = self.latency = fold_ii(self.d, self.passes)
+        self.reuse = self.passes
+        self.multipliers = 3 * self.lanes
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "lanes": self.lanes, "passes": self.passes}
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        n, ln, P, en = self.d, self.lanes, self.passes, self.en
+        npad = ln * P
+        L = self.latency
+        x = self.inputs()
+        c = Signal(range(L + 1), name="c")
+        run = Signal(name="run")
+        with m.If(en):
+            with m.If(self.start):
+                m.d.sync += [c.eq(1), run.eq(1)]
+            with m.Elif(run):
+                m.d.sync += c.eq(c + 1)
+                with m.If(c == L - 1):
+                    m.d.sync += [c.eq(0), run.eq(0)]
+
+        def between(a: int, b: int) -> Value:
+            return run & (c >= a) & (c <= b)
+
+        q = [Signal(v.shape(), name=f"q{i}", reset_less=True) for i, v in enumerate(x)]
+        ssum = Signal(Value.cast(_tree(x)).shape(), name="s", reset_less=True)
+        with m.If(en & self.start):
+            m.d.sync += [*(q[i].eq(x[i]) for i in range(n)), ssum.eq(_tree(x))]
+        dvals = [_times_const(v, n) - ssum for v in q]
+        dw = max(len(Value.cast(v)) for v in dvals) + 1
+        ring = [Signal(signed(dw), name=f"d{i}", reset_less=True) for i in range(npad)]
+        rot = [ring[(i + ln) % npad] for i in range(npad)]
+        vsum = Signal(self.v_width + 1, name="v", reset_less=True)
+        with m.If(en & run & (c == 1)):
+            m.d.sync += [ring[i].eq(dvals[i] if i < n else 0) for i in range(npad)]
+        with m.If(en & (between(2, P + 1) | between(P + 4, 2 * P + 3))):
+            m.d.sync += [ring[i].eq(rot[i]) for i in range(npad)]
+        with m.If(en & between(2, P + 1)):
+            m.d.sync += vsum.eq(fit(Mux(c == 2, self.eps, vsum)
+                                    + _tree([ring[j] * ring[j] for j in range(ln)]),
+                                    self.v_width + 1, False))
+        e: Value = Value.cast(0)
+        for k in range(1, self.e_max + 1):
+            lo = 2 * k + self.bits - 2
+            if lo < len(vsum):
+                e = e + vsum[lo:].any()
+        ew = max(1, self.e_max.bit_length())
+        e = fit(e, ew, False)
+        mant = Signal(self.bits, name="mant", reset_less=True)
+        esh = Signal(ew, name="e", reset_less=True)
+        with m.If(en & run & (c == P + 2)):
+            m.d.sync += [mant.eq(fit(vsum >> (e << 1), self.bits, False)), esh.eq(e)]
+        rom = table_rom(m, "rsqrt_table", self.table, self.table_type)
+        r = table_read(m, rom, mant, en)
+        tw = [self.regs(m, [(ring[j] * r) >> esh], f"t{j}_")[0] for j in range(ln)]
+        # the constants of the lanes, rotating one pass behind the ring (t is registered)
+        gpad = self.g + [0] * (npad - n)
+        bpad = self.b + [0] * (npad - n)
+        fo = self.frac + self.fg
+        gw = max(2, max(abs(v) for v in gpad).bit_length() + 1)
+        bw = max(2, max(abs(v << (fo - self.fb)) for v in bpad).bit_length() + 1)
+        gr = [Signal(signed(gw), name=f"g{i}", init=gpad[i]) for i in range(npad)]
+        br = [Signal(signed(bw), name=f"b{i}", init=bpad[i] << (fo - self.fb))
+              for i in range(npad)]
+        with m.If(en & between(P + 5, 2 * P + 4)):
+            m.d.sync += [gr[i].eq(gr[(i + ln) % npad]) for i in range(npad)]
+            m.d.sync += [br[i].eq(br[(i + ln) % npad]) for i in range(npad)]
+        tout = self.out_spec[0]
+        ys = [fit(requantize(tw[j] * gr[j] + br[j], fo, tout), tout.width, tout.signed)
+              for j in range(ln)]
+        yr = [Signal(shape_of(tout), name=f"y{i}", reset_less=True) for i in range(npad)]
+        with m.If(en & between(P + 5, 2 * P + 4)):
+            m.d.sync += [yr[i].eq(yr[i + ln]) for i in range(npad - ln)]
+            m.d.sync += [yr[npad - ln + j].eq(ys[j]) for j in range(ln)]
+        self.drive_y(m, yr[:n])
+        return m
+
+
+def layernorm_unit(g: Any, node: Any, tx: FixedType, d: int, tout: FixedType,
+                   passes: int = 0) -> LayerNormUnit:
+    """The unit of a compiled LayerNorm node (inputs x, gamma, beta, g, b, rsqrt_table):
+    LayerNormFold with `passes` cycles per pass when passes > 1, else the parallel one."""
     from ...graphs.ops import LayerNormAttrs
 
     where = f"node {node.name} ({node.op})"
@@ -120,10 +243,12 @@ def layernorm_unit(g: Any, node: Any, tx: FixedType, d: int, tout: FixedType) ->
     tg, tb = g.tensor(gn).dtype, g.tensor(bn).dtype
     if not isinstance(tg, FixedType) or not isinstance(tb, FixedType):
         raise HdlError(f"{where}: gamma / beta are not fixed point")
-    return LayerNormUnit(tx, d, tout, np.asarray(g.constants[gn]).reshape(-1), tg.frac,
-                         np.asarray(g.constants[bn]).reshape(-1), tb.frac, int(a.eps_code),
-                         int(a.rsqrt_bits), int(a.rsqrt_frac),
-                         np.asarray(g.constants[tn]), where)
+    args = (tx, d, tout, np.asarray(g.constants[gn]).reshape(-1), tg.frac,
+            np.asarray(g.constants[bn]).reshape(-1), tb.frac, int(a.eps_code),
+            int(a.rsqrt_bits), int(a.rsqrt_frac), np.asarray(g.constants[tn]), where)
+    if passes > 1:
+        return LayerNormFold(*args, passes=passes)
+    return LayerNormUnit(*args)
 
 
 def lower_layer_norm(g: Any, node: Any, opt: Any) -> LayerNormUnit:
@@ -139,4 +264,4 @@ def lower_layer_norm(g: Any, node: Any, opt: Any) -> LayerNormUnit:
     tout = check_fixed(g.tensor(node.outputs[0]).dtype, f"{where}, tensor {node.outputs[0]!r}")
     return layernorm_unit(g, node, tx, shp[-1], tout)
 
-__all__ = ["LATENCY", "LayerNormUnit", "layernorm_unit", "lower_layer_norm"]
+__all__ = ["LATENCY", "LayerNormFold", "LayerNormUnit", "fold_ii", "fold_passes", "layernorm_unit", "lower_layer_norm"]
