@@ -46,6 +46,7 @@ from ..plan.reuse import Reuse, ReusePlan
 from ..plan.schedule import SCHEDULES, family_schedule
 from ..plan.size import beyond_any_reuse, check_circuit_size, hdl_limit, other_size
 from ..vector.top import check_io
+from .attention_cost import attention_costs
 from .devices import family, soft_max_width
 from .estimate import (
     LayerCost,
@@ -117,7 +118,8 @@ class _Fit:
     def costs(self, plan: dict[str, int]) -> list[LayerCost]:
         return ([self.cost(lay, plan[lay["node"]]) for lay in self.layers]
                 + softmax_costs(self.compiled, plan, self.family)
-                + recurrent_costs(self.compiled, self.family))
+                + recurrent_costs(self.compiled, self.family)
+                + attention_costs(self.compiled, plan, self.family))
 
     def estimate(self, plan: dict[str, int]) -> dict[str, int]:
         return estimate(self.costs(plan), self.budget["dsp"], self.family, self.io)

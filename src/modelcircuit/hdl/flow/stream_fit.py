@@ -140,6 +140,10 @@ def _busy_fn(g: Any, node: Any, lay: dict[str, Any]) -> tuple[int, int]:
         geo = geometry(tuple(g.tensor(x).shape), a.kernel, a.strides, a.pads,
                        f"node {node.name}")
         return geo.hp * geo.wp, geo.ho * geo.wo
+    shp = g.tensor(g.activations(node)[0]).shape
+    if len(shp) >= 2:  # a Dense per token of a sequence: R cycles for each of its T tokens
+        t = int(np.prod(shp[:-1]))
+        return t, t
     return 1, 1  # FlatDense (R = pixels x cycles per pixel) or a whole-vector Dense
 
 
@@ -163,6 +167,10 @@ def base_cycles(g: Any) -> int:
             t0 = max(t0, geo.hp * geo.wp)
         elif n.op == Op.RESIZE:
             t0 = max(t0, int(np.prod(g.tensor(n.outputs[0]).shape[:-1])))
+        elif n.op == Op.ATTENTION:  # the load and T rows (hdl/streamed/attention.py)
+            from ..streamed.attention import sequence_cycles
+            t0 = max(t0, sequence_cycles(*(int(g.tensor(n.inputs[k]).shape[-2])
+                                           for k in (0, 1))))
     return t0
 
 
