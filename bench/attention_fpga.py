@@ -26,11 +26,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tests.graphs.test_attention_types import encoder
+
     from modelcircuit.api import compile
     from modelcircuit.hdl import plan_top
     from modelcircuit.hdl.flow import FlowError, build
     from modelcircuit.hdl.flow.fit import plan_circuit
-    from tests.graphs.test_attention_types import encoder
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="ecp5-85k")
