@@ -177,3 +177,21 @@ def test_verify_encoders(kw: dict, reuse, cache, monkeypatch: pytest.MonkeyPatch
     c = _compiled(kw, reuse=reuse, **opts)
     x, _, _ = _golden(c, 3, 5)
     _verify(c, x)
+
+
+def test_layernorm_of_a_vector_in_the_whole_vector_model() -> None:
+    """LayerNorm of a (D,) vector: hdl/vector/lower.py's entry (the parallel unit, II 1)."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("ln_vec")
+    x = b.input("x", (12,))
+    h = b.dense(x, rng.normal(0, 0.3, (12, 10)), rng.normal(0, 0.1, 10), name="d1")
+    h = b.layer_norm(h, rng.uniform(0.8, 1.2, 10), rng.normal(0, 0.1, 10), name="ln")
+    b.output(b.dense(h, rng.normal(0, 0.3, (10, 4)), name="d2"))
+    c = mc.compile(b.build(), precision="fixed<16,6>")
+    xs = rng.normal(size=(6, 12)).astype(np.float32)
+    codes = reference.quantize_inputs(c.graph, [xs])[0]
+    want = reference.execute(c.graph, [codes], inputs_are_codes=True)[c.graph.outputs[0]]
+    top, info = build_top(c, 1)
+    assert not info.get("streamed") and info["ii"] == 1
+    res = simulate(top, info, codes, gap=0.3, backpressure=0.3, seed=4)
+    np.testing.assert_array_equal(res.outputs.reshape(want.shape), want)
