@@ -141,7 +141,11 @@ def test_attention_unit_bit_exact(case: str) -> None:
     if kw["gap"] == 0 and kw["bp"] == 0:
         # the compile-time schedule: latency per sequence, the input accepted at its II
         assert res.delivered[t - 1] - res.accepted[0] == tm.latency[0]
-        assert tm.latency[0] >= unit.s_len + unit.t_len * unit.row
+        from modelcircuit.hdl.streamed.attention import sequence_cycles
+
+        seq = sequence_cycles(t, t)
+        assert unit.busy() == seq == t + (t - 1) * (2 * t + 5) + 3 * t + 8
+        assert tm.ii == -(-seq // t) and tm.frame_cycles == tm.ii * t
         starts = res.accepted[::t]
         assert all(b - a == tm.frame_cycles for a, b in zip(starts, starts[1:], strict=False))
 

@@ -8,7 +8,9 @@ self-attention layer the three token-wise Dense projections of one sequence: T =
 emits T tokens of H*dv codes. A sequence:
   load:  S steps of one cycle, each consuming one q, one k and one v token into three
          memories of S words (block RAM: the token buffer, sized at compile time);
-  rows:  T steps of `row_cycles` = 3 S + 8 cycles each, one output token per step. All heads
+  rows:  T steps, one output token each, `row_cycles` = 3 S + 8 cycles from a row's start to
+         its token; a row starts every `row_interval` = 2 S + 5 cycles (the next row's passes
+         1-2 run beside this row's pass 3: a front counter and a back counter). All heads
          run side by side; the keys are serial (one key per cycle: H*dk multipliers for the
          scores, H*dv for the values, H for the probabilities, reused over the S keys):
            pass 1, cycles 1..S+2:    k_s read, q.k_s products (registered), the per-head
@@ -24,9 +26,9 @@ emits T tokens of H*dv codes. A sequence:
                                      v_s read, p * v products (registered), accumulated;
            cycle 3S+7:               the output token requantized into its register; pushed
                                      the next cycle (the row's latency is its duration).
-The sequence occupies the unit S + T * row_cycles cycles (its II per sequence); the first
-output token leaves row_cycles cycles after the load's last step, the last T * row_cycles
-after it. hdl/streamed/top.py's schedule runs these steps as it runs every unit's, so the
+The sequence occupies the unit S + (T - 1) * row_interval + row_cycles cycles (its II per
+sequence: the last row runs whole, so the next load never overwrites a v that pass 3 still
+reads); the first output token leaves row_cycles cycles after the load's last step. hdl/streamed/top.py's schedule runs these steps as it runs every unit's, so the
 FIFOs (the residual path's holds the sequence while the unit works) and the latency per
 sequence are compile-time data, checked in simulation.
 """
@@ -51,14 +53,21 @@ from .units import Step, SUnit, Tok
 
 
 def row_cycles(s: int) -> int:
-    """Cycles one output row (query) occupies the unit: three passes over the S keys plus the
+    """Cycles from a row's start to its output token: three passes over the S keys plus the
     pipeline (module docstring)."""
     return 3 * s + 8
 
 
+def row_interval(s: int) -> int:
+    """Cycles between two rows' starts: the next row's passes 1 and 2 overlap this row's pass
+    3 (the front part, passes 1-2 and the reciprocal, is 2S + 4 cycles long)."""
+    return 2 * s + 5
+
+
 def sequence_cycles(t: int, s: int) -> int:
-    """Cycles one sequence occupies the unit: the load, then T rows."""
-    return s + t * row_cycles(s)
+    """Cycles one sequence occupies the unit: the load, T - 1 row intervals, the last row
+    whole (the next load may not overwrite v while its pass 3 reads it)."""
+    return s + (t - 1) * row_interval(s) + row_cycles(s)
 
 
 class AttentionUnit(SUnit):
@@ -95,6 +104,7 @@ class AttentionUnit(SUnit):
         self.exp = (np.asarray(exp[0], np.int64),) + tuple(exp[1:])
         self.recip = (np.asarray(recip[0], np.int64),) + tuple(recip[1:])
         self.row = row_cycles(self.s_len)
+        self.interval = row_interval(self.s_len)
         self.lat = self.row
         self.multipliers = h * (self.dk + self.dv + 1)
         self.buffer_bits = self.s_len * (tq.width + tk.width + tv.width)
@@ -106,12 +116,13 @@ class AttentionUnit(SUnit):
     def steps(self) -> Iterator[Step]:
         for _ in range(self.s_len):
             yield (True, True, True), False, 1
-        for _ in range(self.t_len):
-            yield (False, False, False), True, self.row
+        for r in range(self.t_len):
+            yield (False, False, False), True, self.row if r == self.t_len - 1 \
+                else self.interval
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "heads": self.heads, "dk": self.dk, "dv": self.dv,
-                "row_cycles": self.row,
+                "row_cycles": self.row, "row_interval": self.interval,
                 "sequence_cycles": sequence_cycles(self.t_len, self.s_len),
                 "multipliers": self.multipliers, "token_buffer_bits": self.buffer_bits,
                 "masked": self.keep is not None or self.mask_codes is not None}
@@ -132,7 +143,9 @@ class AttentionUnit(SUnit):
 
         loading = Signal(init=1, name="loading")
         t = Signal(range(max(2, S, T)), name="t")
-        fire = self._issue(m, [loading] * 3, Mux(loading, 0, L - 1))
+        F = 2 * S + 4  # the front: passes 1 and 2, the reciprocal read
+        fire = self._issue(m, [loading] * 3,
+                           Mux(loading, 0, Mux(t == T - 1, L - 1, self.interval - 1)))
         load = Signal(name="load")
         start = Signal(name="row_start")
         m.d.comb += [load.eq(fire & loading), start.eq(fire & ~loading)]
@@ -155,25 +168,38 @@ class AttentionUnit(SUnit):
             with m.Else():
                 m.d.sync += t.eq(t + 1)
 
-        # the row counter: c = 0 at a row's start, 1.. while it runs
-        c = Signal(range(L + 1), name="c")
+        # the front counter c (0 at a row's start, 1..F while it runs), then the back
+        # counter c2 (pass 3 and the output: row cycle F + c2); the next row's front may run
+        # beside this row's back
+        c = Signal(range(F + 1), name="c")
         run = Signal(name="run")
+        c2 = Signal(range(L - F + 1), name="c2")
+        run2 = Signal(name="run2")
         with m.If(en):
             with m.If(start):
                 m.d.sync += [c.eq(1), run.eq(1)]
             with m.Elif(run):
                 m.d.sync += c.eq(c + 1)
-                with m.If(c == L - 1):
+                with m.If(c == F):
                     m.d.sync += [c.eq(0), run.eq(0)]
                     with m.If(t == T - 1):
                         m.d.sync += [t.eq(0), loading.eq(1)]
                     with m.Else():
                         m.d.sync += t.eq(t + 1)
+            with m.If(run & (c == F)):
+                m.d.sync += [c2.eq(1), run2.eq(1)]
+            with m.Elif(run2):
+                m.d.sync += c2.eq(c2 + 1)
+                with m.If(c2 == L - F - 1):
+                    m.d.sync += [c2.eq(0), run2.eq(0)]
 
         def at(k: int) -> Value:
-            return run & (c == k)
+            return run & (c == k) if k <= F else run2 & (c2 == k - F)
 
         def between(a: int, b: int) -> Value:
+            if a > F:
+                return run2 & (c2 >= a - F) & (c2 <= b - F)
+            assert b <= F
             return run & (c >= a) & (c <= b)
 
         def reg(v: Value, name: str, when: Value | None = None, shape: Any = None) -> Signal:
@@ -185,7 +211,7 @@ class AttentionUnit(SUnit):
 
         rq, rk, rv = rports
         m.d.comb += [rq.addr.eq(t), rk.addr.eq(fit(c, aw, False)),
-                     rv.addr.eq(fit(c - (2 * S + 5), aw, False))]
+                     rv.addr.eq(fit(c2 - (2 * S + 5 - F), aw, False))]
         q = self._split(rq.data, tq)
         kk = self._split(rk.data, tk)
         vv = self._split(rv.data, tv)
@@ -266,14 +292,14 @@ class AttentionUnit(SUnit):
             for j in range(dv):
                 a = Signal(signed(acc_w), name=f"acc{hh}_{j}", reset_less=True)
                 with m.If(en & p3a):
-                    m.d.sync += a.eq(Mux(c == 2 * S + 7, 0, a) + pv[hh][j])
+                    m.d.sync += a.eq(Mux(at(2 * S + 7), 0, a) + pv[hh][j])
                 accs.append(a)
         fo = pt.frac + tv.t.frac
         ys = [reg(fit(requantize(a, fo, ot), ot.width, ot.signed), f"y{i}", at(3 * S + 7),
                   shape_of(ot)) for i, a in enumerate(accs)]
         pend = reg(at(3 * S + 7), "pend")
         m.d.comb += [self.y.eq(Cat(*ys)), self.push.eq(en & pend)]
-        assert 3 * S + 8 == L
+        assert 3 * S + 8 == L and self.interval == F + 1
         return m
 
 
@@ -345,15 +371,16 @@ def lower_attention(lw: Any, node: Any, inst: str) -> None:
 def layernorm_passes(g: Any, node: Any, reuse: Any) -> int:
     """Cycles per pass of a streamed LayerNorm (hdl/units/layernorm.py LayerNormFold): the
     plan's reuse for the node if it names one, else the most that keeps its II within the
-    row time of the graph's attention (one output token per row: the LayerNorms after it
-    see no more than that), else 0 (the parallel unit, II 1)."""
+    cycles per token of the graph's attention (its sequence time over its tokens: the
+    design's II per token is no less), else 0 (the parallel unit, II 1)."""
     from ...graphs.ops import Op
     from ..units.layernorm import fold_passes
 
     if node.name in reuse:
         return int(reuse[node.name])
-    rows = [row_cycles(int(g.tensor(n.inputs[1]).shape[-2])) for n in g.nodes
-            if n.op == Op.ATTENTION]
+    rows = [sequence_cycles(int(g.tensor(n.inputs[0]).shape[-2]),
+                            int(g.tensor(n.inputs[1]).shape[-2]))
+            // int(g.tensor(n.inputs[0]).shape[-2]) for n in g.nodes if n.op == Op.ATTENTION]
     if not rows:
         return 0
     d = int(g.tensor(node.inputs[0]).shape[-1])
