@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ...graphs import limits
 from ...graphs.ir import GraphError
 from .io import q
 from .layout import act_shape, attrs
@@ -129,6 +130,8 @@ class _Model:
         outputs = [o for o in outputs]
         nodes = self.closure(outputs, set(feeds))
         feeds = dict(feeds)
+        if any(np.asarray(v).size > limits.MAX_TENSOR_ELEMENTS for v in feeds.values()):
+            raise ValueError("a probe of the pattern exceeds MAX_TENSOR_ELEMENTS")
         for i in self.shape_feeds:
             feeds[i] = np.zeros((batch,) + tuple(self.info[i][1:]), dtype=np.float64)
         read = {i for n in nodes for i in n.input}
