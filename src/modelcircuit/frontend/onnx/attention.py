@@ -311,13 +311,16 @@ def _score_chain(m: _Model, sm: onnx.NodeProto) -> tuple[onnx.NodeProto, float, 
         elif n.op_type == "Add" and mask is None:
             d = _dyn_inputs(m, n)
             if len(d) == 2:
-                other = n.input[1] if m.producer.get(n.input[0]) is not None and \
-                    _leads_to_matmul(m, n.input[0]) else n.input[0]
+                scores = [i for i in d if _leads_to_matmul(m, i)]
+                if not scores:
+                    return None  # not attention scores: a Softmax of some other sum
+                other = d[1] if scores[0] == d[0] else d[0]
                 raise _err(n, f"the attention mask {q(other)} is computed from an input (a "
                            "data-dependent mask); only constant masks are supported")
             mask = n.input[1] if n.input[0] in m.dynamic else n.input[0]
             t = d[0]
-        elif n.op_type == "Where" and len(_dyn_inputs(m, n)) >= 1 and not m.is_const(n.input[0]):
+        elif (n.op_type == "Where" and not m.is_const(n.input[0])
+              and any(_leads_to_matmul(m, i) for i in n.input[1:])):
             raise _err(n, f"the attention mask {q(n.input[0])} is computed from an input (a "
                        "data-dependent mask); only constant masks are supported")
         elif n.op_type in ("Identity", "Cast"):
@@ -822,9 +825,11 @@ def attention(im: ImportState, node: onnx.NodeProto) -> None:
     """The fused Attention node (DOMAIN): q, k, v per-sample (T, H*d) [, constant mask]."""
     a = attrs(node)
     qn, kn, vn = node.input[:3]
-    t = act_shape(im, qn)[0]
-    hdv = act_shape(im, vn)[-1]
-    act_shape(im, kn)
+    (t, hdk), (s, hdk2), (s2, hdv) = act_shape(im, qn), act_shape(im, kn), act_shape(im, vn)
+    h = int(a["heads"])
+    if hdk != hdk2 or s != s2 or h < 1 or hdk % h or hdv % h:
+        raise im.err(node, f"q {[t, hdk]}, k {[s, hdk2]}, v {[s2, hdv]} do not split into "
+                     f"{h} heads")
     ins = [qn, kn, vn]
     if len(node.input) > 3:
         mn = im.src(node.input[3])
