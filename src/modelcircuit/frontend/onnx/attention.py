@@ -291,8 +291,7 @@ def _forward(m: _Model, start: str) -> tuple[str, list[onnx.NodeProto]]:
             break
         nodes.append(n)
         t = n.output[0]
-    # back off trailing layout ops that leave the tensor not batch-first: decided by the fit
-    return t, nodes
+    return t, nodes  # whether t is batch-first: the fit of the output decides
 
 
 def _score_chain(m: _Model, sm: onnx.NodeProto) -> tuple[onnx.NodeProto, float, str | None,
@@ -454,7 +453,7 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     return sol[:-1], sol[-1], res
 
 
-def _probe_shape(m: _Model, info: dict[str, list[int | None]], x: str, site: onnx.NodeProto
+def _probe_shape(info: dict[str, list[int | None]], x: str, site: onnx.NodeProto
                  ) -> tuple[int, ...]:
     shp = info.get(x)
     if shp is None or len(shp) != 3 or any(d is None for d in shp[1:]):
@@ -495,7 +494,8 @@ def _attention(m: _Model, sm: onnx.NodeProto, info: dict, out: _Fused, k: int) -
         return
     mm2 = cons[0]
     a = attrs(sm)
-    if int(a.get("axis", -1 if m.opset >= 13 else 1)) not in (-1, 3, 2):
+    rank = len(info.get(sm.input[0]) or []) or 4
+    if int(a.get("axis", -1 if m.opset >= 13 else 1)) % rank != rank - 1:
         raise _err(sm, "attention's Softmax must be over the keys (the last axis)")
     rng0 = np.random.default_rng(1000 + k)
     shq = m.info.get(mm1.input[0])
@@ -516,7 +516,7 @@ def _attention(m: _Model, sm: onnx.NodeProto, info: dict, out: _Fused, k: int) -
                    "(q, k, v projections of one token sequence) is supported")
     x = pq.source
     y, f_nodes = _forward(m, mm2.output[0])
-    b, t, d = _probe_shape(m, info, x, mm1)
+    b, t, d = _probe_shape(info, x, mm1)
     rng = np.random.default_rng(k)
     probes = [rng.normal(0, 1, (b, t, d)) for _ in range(3)]
     try:
