@@ -5,7 +5,8 @@ the one lookup: an op in neither table is a GpuError naming the op, the node and
 A lowering function is `(ctx, node, kname) -> (template, context, params, threads per
 sample)`. Element-wise ops render the frame `eltwise.cu.j2` around their own body macro in
 `eltwise_ops.j2` (named by `body`); Dense, Softmax and Threshold have a template each; the
-convolutional ops and Concat are lowered in cnn.py.
+convolutional ops and Concat are lowered in cnn.py, LSTM/GRU in rnn.py, MatMul, Attention and
+LayerNorm in attention.py.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..graphs.ops import (
     TruncAttrs,
 )
 from ..graphs.reference import clip_codes
+from .attention import lower_attention, lower_layernorm, lower_matmul
 from .cnn import lower_avgpool, lower_concat, lower_conv, lower_maxpool, lower_resize
 from .context import (
     LowerCtx,
@@ -359,14 +361,12 @@ LOWERING: dict[Op, LowerFn] = {
     Op.CONV: lower_conv, Op.MAX_POOL: lower_maxpool, Op.AVG_POOL: lower_avgpool,
     Op.RESIZE: lower_resize, Op.CLIP: lower_clip, Op.TRUNC: lower_trunc,
     Op.RESIZE: lower_resize, Op.LSTM: lower_rnn, Op.GRU: lower_rnn,
+    Op.MATMUL: lower_matmul, Op.ATTENTION: lower_attention, Op.LAYER_NORM: lower_layernorm,
 }
 
 REFUSED: dict[Op, str] = {
     Op.DIV: "division of two activations is float only and has no GPU kernel yet; "
             "the golden model runs it",
-    Op.MATMUL: "no GPU kernel yet for a product of two activations (the golden model runs it)",
-    Op.ATTENTION: "no GPU kernel yet for attention (the golden model runs it)",
-    Op.LAYER_NORM: "no GPU kernel yet for layer normalisation (the golden model runs it)",
 }
 
 
