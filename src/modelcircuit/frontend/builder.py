@@ -38,12 +38,12 @@ class GraphBuilder:
         self._tensors[name] = Tensor(name, arr.shape, parse_type(t) if isinstance(t, str) else t)
         return name
 
-    def _node(self, op: Op, inputs: list[str], shape: tuple[int, ...], name: str | None,
+    def _node(self, op: Op, inputs: list[str], oshape: tuple[int, ...], name: str | None,
               out_type: NumType | str | None = None, **attrs: Any) -> str:
         nname = name or f"{op.lower()}{len(self._nodes)}"
         out = self._fresh(nname)
         t = parse_type(out_type) if isinstance(out_type, str) else out_type
-        self._tensors[out] = Tensor(out, tuple(shape), t)
+        self._tensors[out] = Tensor(out, tuple(oshape), t)
         self._nodes.append(Node.make(nname, op, inputs, [out], **attrs))
         return out
 
@@ -59,14 +59,17 @@ class GraphBuilder:
 
     def dense(self, x: str, w: np.ndarray, b: np.ndarray | None = None, name: str | None = None,
               out_type: NumType | str | None = None) -> str:
+        """x @ W (+ b): x a vector (K,), or a token sequence (T, K) (a token-wise Dense: the
+        same weights on every token)."""
         w = np.asarray(w, dtype=np.float64)
-        if w.ndim != 2 or self.shape(x) != (w.shape[0],):
-            raise GraphError(f"dense: input shape {self.shape(x)} does not match weight {w.shape}")
+        shp = self.shape(x)
+        if w.ndim != 2 or len(shp) not in (1, 2) or shp[-1] != w.shape[0]:
+            raise GraphError(f"dense: input shape {shp} does not match weight {w.shape}")
         nm = name or f"dense{len(self._nodes)}"
         ins = [x, self._const(f"{nm}_W", w)]
         if b is not None:
             ins.append(self._const(f"{nm}_b", np.asarray(b).reshape(w.shape[1])))
-        return self._node(Op.DENSE, ins, (w.shape[1],), nm, out_type)
+        return self._node(Op.DENSE, ins, shp[:-1] + (w.shape[1],), nm, out_type)
 
     def relu(self, x: str, name: str | None = None, out_type: NumType | str | None = None) -> str:
         return self._node(Op.RELU, [x], self.shape(x), name, out_type)
@@ -76,8 +79,9 @@ class GraphBuilder:
 
     def activation(self, x: str, func: str, name: str | None = None,
                    out_type: NumType | str | None = None) -> str:
-        if func not in ("sigmoid", "tanh", "selu"):
-            raise GraphError(f"unknown activation {func!r}; known: sigmoid, tanh, selu")
+        known = ("sigmoid", "tanh", "selu", "gelu", "gelu_tanh")
+        if func not in known:
+            raise GraphError(f"unknown activation {func!r}; known: {', '.join(known)}")
         return self._node(Op.LUT, [x], self.shape(x), name, out_type, func=func)
 
     def softmax(self, x: str, name: str | None = None, out_type: NumType | str | None = None) -> str:
@@ -98,6 +102,78 @@ class GraphBuilder:
         """A model quantizer: the tensor after it has type t, whatever the precision."""
         tt = parse_type(t) if isinstance(t, str) else t
         return self._node(Op.REQUANT, [x], self.shape(x), name, tt, quant_type=str(tt))
+
+    def sub(self, a: str, b: str, name: str | None = None,
+            out_type: NumType | str | None = None) -> str:
+        return self._node(Op.SUB, [a, b], self.shape(a), name, out_type)
+
+    def reshape(self, x: str, shape: tuple[int, ...], name: str | None = None) -> str:
+        shape = tuple(int(d) for d in shape)
+        if int(np.prod(shape)) != int(np.prod(self.shape(x))):
+            raise GraphError(f"reshape: {self.shape(x)} has not the size of {shape}")
+        return self._node(Op.RESHAPE, [x], shape, name, shape=shape)
+
+    def transpose(self, x: str, perm: tuple[int, ...], name: str | None = None) -> str:
+        shp = self.shape(x)
+        perm = tuple(int(p) for p in perm)
+        if sorted(perm) != list(range(len(shp))):
+            raise GraphError(f"transpose: perm {perm} does not fit shape {shp}")
+        return self._node(Op.TRANSPOSE, [x], tuple(shp[p] for p in perm), name, perm=perm)
+
+    # -- token sequences (graphs/attention.py has the numeric contract) --------------------
+    def matmul(self, a: str, b: str, name: str | None = None,
+               out_type: NumType | str | None = None) -> str:
+        """a @ b of two activations over the last two axes, (..., T, K) x (..., K, N)."""
+        sa, sb = self.shape(a), self.shape(b)
+        if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2] or sa[:-2] != sb[:-2]:
+            raise GraphError(f"matmul: shapes {sa} and {sb} do not multiply (..., T, K) x "
+                             "(..., K, N)")
+        return self._node(Op.MATMUL, [a, b], sa[:-1] + (sb[-1],), name, out_type)
+
+    def attention(self, q: str, k: str, v: str, heads: int, scale: float | None = None,
+                  mask: np.ndarray | None = None, name: str | None = None,
+                  out_type: NumType | str | None = None) -> str:
+        """Multi-head scaled dot-product attention: q (T, H*dk), k (S, H*dk), v (S, H*dv) ->
+        (T, H*dv); scale defaults to 1/sqrt(dk); mask: a constant (T, S) added to the scores
+        (-inf removes a key)."""
+        (t, hdk), (s, hdk2), (s2, hdv) = self.shape(q), self.shape(k), self.shape(v)
+        if hdk != hdk2 or s != s2 or heads < 1 or hdk % heads or hdv % heads:
+            raise GraphError(f"attention: q {self.shape(q)}, k {self.shape(k)}, v "
+                             f"{self.shape(v)} do not fit {heads} heads")
+        nm = name or f"attention{len(self._nodes)}"
+        ins = [q, k, v]
+        if mask is not None:
+            m = np.asarray(mask, dtype=np.float64)
+            if m.shape != (t, s) or np.any(np.isnan(m)) or np.any(np.isposinf(m)):
+                raise GraphError(f"attention: mask of shape {m.shape} must be ({t}, {s}), "
+                                 "finite or -inf")
+            mn = self._fresh(f"{nm}_mask")
+            self._consts[mn] = m
+            self._tensors[mn] = Tensor(mn, m.shape, None)
+            ins.append(mn)
+        sc = 1.0 / float(np.sqrt(hdk // heads)) if scale is None else float(scale)
+        return self._node(Op.ATTENTION, ins, (t, hdv), nm, out_type, heads=int(heads),
+                          scale=sc, masked=mask is not None)
+
+    def layer_norm(self, x: str, gamma: np.ndarray, beta: np.ndarray, epsilon: float = 1e-5,
+                   name: str | None = None, out_type: NumType | str | None = None) -> str:
+        """LayerNormalization over the last axis."""
+        d = self.shape(x)[-1]
+        nm = name or f"layer_norm{len(self._nodes)}"
+        gn = self._const(f"{nm}_gamma", np.broadcast_to(np.asarray(gamma, np.float64), (d,)))
+        bn = self._const(f"{nm}_beta", np.broadcast_to(np.asarray(beta, np.float64), (d,)))
+        return self._node(Op.LAYER_NORM, [x, gn, bn], self.shape(x), nm, out_type,
+                          epsilon=float(epsilon))
+
+    def mean_tokens(self, x: str, name: str | None = None,
+                    out_type: NumType | str | None = None) -> str:
+        """The mean over the tokens of a (T, D) sequence -> (D,) (an AvgPool over the whole
+        1-D frame, then a Reshape)."""
+        t, d = self.shape(x)
+        nm = name or f"mean{len(self._nodes)}"
+        p = self._node(Op.AVG_POOL, [x], (1, d), nm, out_type, kernel=(t,), strides=(t,),
+                       pads=(0, 0))
+        return self.reshape(p, (d,), name=f"{nm}_flat")
 
     def output(self, x: str) -> None:
         self._outputs.append(x)

@@ -23,6 +23,7 @@ from .host import carve
 from .identity import graph_id
 from .ir import Graph, GraphError
 from .passes.accumulators import accumulator_types
+from .passes.attention import attention_types
 from .passes.canonicalize import fold_batchnorm, fold_requant, fuse_bias
 from .passes.constants import quantize_constants
 from .passes.fuse import fuse_dense_relu
@@ -50,6 +51,8 @@ def passes(precision: NumType | None, per_layer: Mapping[str, Any] | None,
                                  ranges=ranges)),
         ("recurrent_types", partial(recurrent_types, precision=precision, per_layer=per_layer,
                                     ranges=ranges)),
+        ("attention_types", partial(attention_types, precision=precision, ranges=ranges,
+                                    table_bits=table_bits)),
         ("quantize_constants", quantize_constants),
         ("accumulator_types", accumulator_types),
         ("float_chains_to_thresholds", float_chains_to_thresholds),

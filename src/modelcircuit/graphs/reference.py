@@ -7,6 +7,7 @@ backend is tested against this file. Fixed-point arrays here are always codes.
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Callable
@@ -354,6 +355,25 @@ def _selu(x: Array, n: Node) -> Array:
     return a.selu_gamma * np.where(x > 0, x, a.selu_alpha * (np.exp(np.minimum(x, 0)) - 1.0))
 
 
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _gelu(x: Array, n: Node) -> Array:
+    """Gelu x * Phi(x) (ONNX Gelu, approximate "none"; torch's erf form), in the dtype of x
+    (float32 for the float model, float64 where the tables are built)."""
+    dt = x.dtype if x.dtype.kind == "f" else np.float64
+    x64 = np.asarray(x, dtype=np.float64)
+    return (0.5 * x64 * (1.0 + _ERF(x64 / math.sqrt(2.0)).astype(np.float64))).astype(dt)
+
+
+def _gelu_tanh(x: Array, n: Node) -> Array:
+    """Gelu's tanh approximation (ONNX approximate "tanh", torch approximate="tanh")."""
+    dt = x.dtype if x.dtype.kind == "f" else np.float64
+    x64 = np.asarray(x, dtype=np.float64)
+    return (0.5 * x64 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
+                                        * (x64 + 0.044715 * x64**3)))).astype(dt)
+
+
 # the float function of each ops.LUT_FUNCS name (the tables are built from these)
 FLOAT_FUNCS: dict[str, Callable[[Array, Node], Array]] = {
     "sigmoid": lambda x, n: 1.0 / (1.0 + np.exp(-x)),
@@ -363,6 +383,8 @@ FLOAT_FUNCS: dict[str, Callable[[Array, Node], Array]] = {
     "reciprocal": lambda x, n: 1.0 / x,
     "hardsigmoid": lambda x, n: _hard_sigmoid(x, n),
     "hardswish": lambda x, n: x * _hard_sigmoid(x, n),
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
 }
 
 
