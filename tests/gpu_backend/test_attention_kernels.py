@@ -18,9 +18,7 @@ from modelcircuit.graphs import fixed as fx
 from modelcircuit.graphs import reference
 from modelcircuit.graphs.ir import Graph, Node, Tensor
 from modelcircuit.graphs.types import FLOAT32, parse_type
-
-EPS = float(np.finfo(np.float32).eps)
-TINY = float(np.finfo(np.float32).tiny)
+from tests.attention_bounds import attention_bound, layernorm_bound, matmul_bound
 
 
 def graph(node: Node, acts: dict[str, tuple], out: tuple, consts: dict[str, tuple]) -> Graph:
@@ -89,8 +87,7 @@ def test_matmul_float_within_the_rounding_bound(case) -> None:
     b = rng.normal(0, 1, (9,) + g.tensor("b").shape).astype(np.float32)
     got = emulate(g, [a, b]).astype(np.float64)
     want = np.matmul(a.astype(np.float64), b.astype(np.float64))
-    k = a.shape[-1]
-    bound = sqrt(k + 1) * EPS * np.matmul(np.abs(a).astype(np.float64), np.abs(b)) + TINY
+    bound = matmul_bound(a.astype(np.float64), b.astype(np.float64), 0 * a, 0 * b)
     assert np.all(np.abs(got - want) <= 4 * bound)
     assert np.all(np.abs(golden(g, [a, b]) - want) <= 4 * bound)
 
@@ -207,32 +204,6 @@ def attention_f64(q, k, v, heads, scale, mask):
     return attn.merge_heads(np.matmul(e / e.sum(axis=-1, keepdims=True), vh))
 
 
-def attention_bound(q, k, v, heads, scale, mask):
-    """A bound on |float32 - exact| per output of attention_float: the q.k sums (fan-in dk)
-    and the scale and mask roundings; the Softmax (as tests/conftest.py's: dp_i = p_i (dz_i -
-    sum p dz), and its own (S + 4 + d) u p, independent per entry); the p.v sums (fan-in S)
-    with the error on p carried through v (linearly for the scores' share, in quadrature for
-    the Softmax's own). EPS = 2u: the bound of a difference of two float32 evaluations."""
-    qh, kh, vh = (attn.split_heads(x.astype(np.float64), heads) for x in (q, k, v))
-    kt = np.swapaxes(kh, -1, -2)
-    dk, n_s = qh.shape[-1], kh.shape[-2]
-    s = np.matmul(qh, kt) * scale + (0.0 if mask is None else np.where(np.isneginf(mask), 0,
-                                                                         mask))
-    es = (sqrt(dk + 1) * EPS * np.matmul(np.abs(qh), np.abs(kt)) * scale + 2 * EPS * np.abs(s))
-    if mask is not None:
-        s = np.where(np.isneginf(mask), -np.inf, s)
-        es = np.where(np.isneginf(mask), 0.0, es)
-    d = s.max(axis=-1, keepdims=True) - s
-    p = np.exp(-d)
-    p = p / p.sum(axis=-1, keepdims=True)
-    d = np.where(np.isinf(d), 0.0, d)
-    ep_z = 2 * p * es.max(axis=-1, keepdims=True)  # from the scores: correlated
-    ep_own = (n_s + 4 + d) * EPS * p + 2 * TINY  # the Softmax's own roundings: independent
-    eo = (np.matmul(ep_z, np.abs(vh)) + np.sqrt(np.matmul(ep_own**2, vh**2))
-          + sqrt(n_s + 1) * EPS * np.matmul(p, np.abs(vh)) + TINY)
-    return attn.merge_heads(eo)
-
-
 @pytest.mark.parametrize("case", sorted(ATTN))
 def test_attention_float_within_the_rounding_bound(case) -> None:
     g, mask = attention_graph(case, float_=True)
@@ -243,7 +214,7 @@ def test_attention_float_within_the_rounding_bound(case) -> None:
     got = emulate(g, [q, k, v]).astype(np.float64)
     gold = golden(g, [q, k, v]).astype(np.float64)
     want = attention_f64(q, k, v, h, scale, mask)
-    bound = attention_bound(q, k, v, h, scale, mask)
+    bound = attention_bound(q, k, v, 0 * q, 0 * k, 0 * v, h, scale, mask)
     for x in (got, gold):
         assert np.all(np.abs(x - want) <= 4 * bound), np.max(np.abs(x - want) / bound)
 
@@ -298,27 +269,6 @@ def test_layernorm_fixed_is_bit_exact(case) -> None:
     assert len(np.unique(want)) > 20
 
 
-def layernorm_bound(x, gamma, beta, eps):
-    """|float32 - exact| of layernorm_float: the mean (a sum of D, a division), d = x - mean,
-    the variance (D products and sums, a division), sqrt(var + eps) and the division by it,
-    the affine tail; each error carried forward by its derivative. EPS = 2u (a difference of
-    two float32 evaluations)."""
-    x = x.astype(np.float64)
-    dn = x.shape[-1]
-    mean = x.mean(axis=-1, keepdims=True)
-    d = x - mean
-    e_mean = (sqrt(dn + 1) + 1) * EPS * np.abs(x).mean(axis=-1, keepdims=True)
-    e_d = e_mean + EPS * np.abs(d)
-    var = (d * d).mean(axis=-1, keepdims=True)
-    e_var = (2 * np.abs(d) * e_d).mean(axis=-1, keepdims=True) + (sqrt(dn + 1) + 1) * EPS * var
-    den = np.sqrt(var + eps)
-    rel = e_var / (2 * (var + eps)) + 2 * EPS  # the sum with eps and the square root
-    yn = d / den
-    e_yn = e_d / den + np.abs(yn) * (rel + EPS)
-    y = yn * gamma + beta
-    return np.abs(gamma) * e_yn + EPS * (np.abs(yn * gamma) + np.abs(y)) + TINY
-
-
 @pytest.mark.parametrize("case", sorted(LN))
 def test_layernorm_float_within_the_rounding_bound(case) -> None:
     g = layernorm_graph(case, float_=True)
@@ -330,7 +280,7 @@ def test_layernorm_float_within_the_rounding_bound(case) -> None:
     mean = x64.mean(axis=-1, keepdims=True)
     want = (x64 - mean) / np.sqrt(((x64 - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
     want = want * gamma + beta
-    bound = layernorm_bound(x, gamma, beta, eps)
+    bound = layernorm_bound(x, np.zeros(x.shape), gamma, beta, eps)
     for got in (emulate(g, [x]), golden(g, [x])):
         r = np.abs(got.astype(np.float64) - want) / bound
         assert np.all(r <= 4), r.max()

@@ -1,0 +1,104 @@
+"""Whole transformer encoders (built with the graph API: tests/graphs/test_attention_types.py's
+`encoder`) in gpu-emu: bit-exact with the golden model in fixed point (through `verify`, as
+`modelcircuit verify --backends golden,gpu-emu` runs it), float32 within the computed
+rounding bound (tests/conftest.py's float32_error_bound with tests/attention_bounds.py);
+a corrupted table is seen."""
+
+from __future__ import annotations
+
+import io
+from functools import cache
+
+import numpy as np
+import pytest
+
+import modelcircuit as mc
+from modelcircuit import gpu_backend
+from modelcircuit.gpu_backend import emulator
+from modelcircuit.graphs import reference
+from modelcircuit.sim.verify import verify
+from tests.conftest import assert_float32_close
+from tests.graphs.test_attention_types import encoder
+
+ENCODERS = {
+    "t8_d16_h2": {},
+    "gelu_causal": {"act": "gelu", "causal": True},
+    "gelu_tanh_embed": {"act": "gelu_tanh", "features": 6, "tokens": 12},
+    "t16_d32_h4_2layers": {"heads": 4, "d": 32, "tokens": 16, "layers": 2},
+}
+
+
+@cache
+def compiled(case: str, precision: str):
+    return mc.compile(encoder(**ENCODERS[case]), precision=precision)
+
+
+def inputs(c, n: int, seed: int = 1) -> np.ndarray:
+    """Normal inputs, a few wide ones (saturating the input type) and a zero sequence."""
+    shp = c.graph.tensor(c.graph.inputs[0]).shape
+    x = np.random.default_rng(seed).normal(0.0, 1.5, (n,) + shp)
+    x[:2] *= 20.0
+    x[2] = 0.0
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("case", sorted(ENCODERS))
+@pytest.mark.parametrize("precision", ["fixed<16,6>", "fixed<8,3>", "fixed<12,4,RND_CONV>"])
+def test_encoder_is_bit_exact_in_gpu_emu(case, precision) -> None:
+    c = compiled(case, precision)
+    x = inputs(c, 40)
+    rc, rep = verify(c, x, ["golden", "gpu-emu"], out=io.StringIO())
+    assert rc == 0, rep["pairs"]
+    [pair] = rep["pairs"]
+    assert (pair["a"], pair["b"], pair["bit_exact"], pair["agree"]) == (
+        "golden", "gpu-emu", True, len(x))
+    # and the outputs are the model's, not a constant: samples differ
+    codes = reference.quantize_inputs(c.graph, [x])[0]
+    y = reference.execute(c.graph, [codes], inputs_are_codes=True)[c.graph.outputs[0]]
+    assert len(np.unique(y.reshape(len(x), -1), axis=0)) > len(x) // 2
+
+
+@pytest.mark.parametrize("case", sorted(ENCODERS))
+def test_encoder_float32_within_the_rounding_bound(case) -> None:
+    c = compiled(case, "float32")
+    x = inputs(c, 24, seed=2)
+    x[:2] /= 20.0  # float32 has no saturation to exercise
+    got = gpu_backend.execute(c, [x], emulate=True)[c.graph.outputs[0]]
+    assert_float32_close(np.asarray(got), np.asarray(mc.run(c, x)), c, x, "gpu-emu - golden")
+
+
+def test_a_corrupted_softmax_table_is_seen() -> None:
+    """One LSB added to every entry of an Attention's exp table in the shipped weights (the
+    golden model keeps its own): gpu-emu must then disagree with golden."""
+    c = compiled("t8_d16_h2", "fixed<16,6>")
+    prog = gpu_backend.lower(c)
+    node = next(n for n in c.graph.nodes if n.op == "Attention")
+    w = prog.weights[node.inputs[-2]]
+    blob = bytearray(prog.weights_blob)
+    tab = np.frombuffer(blob, dtype=w["dtype"], count=int(np.prod(w["shape"])),
+                        offset=w["offset"]).copy()
+    blob[w["offset"]: w["offset"] + w["bytes"]] = (tab + 1).astype(w["dtype"]).tobytes()
+    bad = type(prog)(**{**prog.__dict__, "weights_blob": bytes(blob)})
+    x = inputs(c, 16)
+    codes = reference.quantize_inputs(c.graph, [x])[0]
+    shapes = {o: c.graph.tensor(o).shape for o in c.graph.outputs}
+    out = c.graph.outputs[0]
+    want = reference.execute(c.graph, [codes], inputs_are_codes=True)[out]
+    good = emulator.run(prog, c.graph.name, [codes], shapes)[out]
+    worse = emulator.run(bad, c.graph.name, [codes], shapes)[out]
+    assert np.array_equal(good, want)
+    assert not np.array_equal(worse, want)
+
+
+@pytest.mark.parametrize("precision", ["fixed<16,6>", "float32"])
+def test_encoder_kernels_compile_for_sm90(precision) -> None:
+    import re
+
+    from modelcircuit.gpu_backend import nvrtc
+
+    if not nvrtc.available():
+        pytest.skip("no CUDA compiler (nvcc or NVRTC) here")
+    prog = gpu_backend.lower(compiled("t16_d32_h4_2layers", precision))
+    ptx = gpu_backend.compile_ptx(prog.source, arch="sm_90").decode()
+    assert set(re.findall(r"\.entry\s+(\w+)", ptx)) == {k.kname for k in prog.kernels}
+    assert {"Attention", "LayerNorm"} <= {k.op for k in prog.kernels}
