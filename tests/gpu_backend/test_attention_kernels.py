@@ -16,7 +16,7 @@ from modelcircuit.gpu_backend import emulator
 from modelcircuit.graphs import attention as attn
 from modelcircuit.graphs import fixed as fx
 from modelcircuit.graphs import reference
-from modelcircuit.graphs.ir import Graph, Node, Tensor
+from modelcircuit.graphs.ir import Graph, GraphError, Node, Tensor
 from modelcircuit.graphs.types import FLOAT32, parse_type
 from tests.attention_bounds import attention_bound, layernorm_bound, matmul_bound
 
@@ -90,6 +90,15 @@ def test_matmul_float_within_the_rounding_bound(case) -> None:
     bound = matmul_bound(a.astype(np.float64), b.astype(np.float64), 0 * a, 0 * b)
     assert np.all(np.abs(got - want) <= 4 * bound)
     assert np.all(np.abs(golden(g, [a, b]) - want) <= 4 * bound)
+
+
+def test_matmul_of_unequal_ranks_is_refused_naming_the_node() -> None:
+    t = parse_type("fixed<8,3>")
+    g = graph(Node.make("mm", "MatMul", ["a", "b"], ["y"]), {"a": ((2, 4, 3), t),
+                                                           "b": ((3, 5), t)},
+              ("y", (2, 4, 5), t), {})
+    with pytest.raises(GraphError, match=r"^node mm \(MatMul\): .*\[2, 4, 3\] @ \[3, 5\]$"):
+        gpu_backend.generate(g)
 
 
 # -- Attention ---------------------------------------------------------------------------------

@@ -14,11 +14,32 @@ import pytest
 
 import modelcircuit as mc
 from modelcircuit import gpu_backend
+from modelcircuit.frontend.builder import GraphBuilder
 from modelcircuit.gpu_backend import emulator
 from modelcircuit.graphs import reference
 from modelcircuit.sim.verify import verify
 from tests.conftest import assert_float32_close
 from tests.graphs.test_attention_types import encoder
+
+
+def unfused(tokens: int = 8, d: int = 16, heads: int = 2):
+    """Attention written out op by op, as an exporter may leave it: heads split by Reshape
+    and Transpose, q @ k^T and p @ v as MatMuls of two activations, a Mul by the scale, a
+    Softmax over the last axis of the (H, T, T) scores."""
+    rng = np.random.default_rng(4)
+    dk = d // heads
+    b = GraphBuilder("unfused_attention")
+    x = b.input("x", (tokens, d))
+    q, k, v = (b.dense(x, rng.normal(0, 1 / np.sqrt(d), (d, d)), rng.normal(0, 0.1, d),
+                       name=n) for n in "qkv")
+    qh = b.transpose(b.reshape(q, (tokens, heads, dk)), (1, 0, 2))
+    kt = b.transpose(b.reshape(k, (tokens, heads, dk)), (1, 2, 0))
+    vh = b.transpose(b.reshape(v, (tokens, heads, dk)), (1, 0, 2))
+    s = b.mul(b.matmul(qh, kt, name="qk"), 1 / np.sqrt(dk), name="scale")
+    o = b.matmul(b.softmax(s, name="softmax"), vh, name="pv")
+    o = b.reshape(b.transpose(o, (1, 0, 2)), (tokens, d))
+    b.output(b.dense(b.mean_tokens(o), rng.normal(0, 0.3, (d, 4)), name="classifier"))
+    return b.build()
 
 ENCODERS = {
     "t8_d16_h2": {},
@@ -30,7 +51,8 @@ ENCODERS = {
 
 @cache
 def compiled(case: str, precision: str):
-    return mc.compile(encoder(**ENCODERS[case]), precision=precision)
+    g = unfused() if case == "unfused" else encoder(**ENCODERS[case])
+    return mc.compile(g, precision=precision)
 
 
 def inputs(c, n: int, seed: int = 1) -> np.ndarray:
@@ -42,7 +64,7 @@ def inputs(c, n: int, seed: int = 1) -> np.ndarray:
     return x.astype(np.float32)
 
 
-@pytest.mark.parametrize("case", sorted(ENCODERS))
+@pytest.mark.parametrize("case", [*sorted(ENCODERS), "unfused"])
 @pytest.mark.parametrize("precision", ["fixed<16,6>", "fixed<8,3>", "fixed<12,4,RND_CONV>"])
 def test_encoder_is_bit_exact_in_gpu_emu(case, precision) -> None:
     c = compiled(case, precision)
@@ -58,7 +80,7 @@ def test_encoder_is_bit_exact_in_gpu_emu(case, precision) -> None:
     assert len(np.unique(y.reshape(len(x), -1), axis=0)) > len(x) // 2
 
 
-@pytest.mark.parametrize("case", sorted(ENCODERS))
+@pytest.mark.parametrize("case", [*sorted(ENCODERS), "unfused"])
 def test_encoder_float32_within_the_rounding_bound(case) -> None:
     c = compiled(case, "float32")
     x = inputs(c, 24, seed=2)
@@ -102,3 +124,4 @@ def test_encoder_kernels_compile_for_sm90(precision) -> None:
     ptx = gpu_backend.compile_ptx(prog.source, arch="sm_90").decode()
     assert set(re.findall(r"\.entry\s+(\w+)", ptx)) == {k.kname for k in prog.kernels}
     assert {"Attention", "LayerNorm"} <= {k.op for k in prog.kernels}
+

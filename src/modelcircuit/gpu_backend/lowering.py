@@ -75,11 +75,12 @@ def lower_dense(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
 def lower_softmax(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     x, out = node.inputs[0], node.outputs[0]
     shape = ctx.g.tensor(x).shape
-    if len(shape) != 1:
-        raise GraphError(f"node {node.name} (Softmax): only rank-1 inputs per sample are "
-                         f"supported, got {list(shape)}")
+    if not shape or shape[-1] < 1:
+        raise GraphError(f"node {node.name} (Softmax): needs an input with a last axis, got "
+                         f"{list(shape)}")
+    n = int(shape[-1])  # over the last axis: one thread per row (a rank-1 input: one row)
     c = ctx.base(node, kname)
-    c.update(N=int(shape[0]), xt=ctx.ctype(x))
+    c.update(N=n, xt=ctx.ctype(x), rows=ctx.g.tensor(x).size // n)
     params = [ctx.act("x", x)]
     if not c["is_float"]:
         et, rt = ctx.cval(node.inputs[1]), ctx.cval(node.inputs[2])
@@ -93,7 +94,7 @@ def lower_softmax(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
                  rec_lo=cll(at.recip_lo), rec_shift=int(at.recip_shift), rec_size=cll(rt.shape[0]),
                  r=requant_args(node, at.exp_type.frac + at.recip_type.frac, ctx.t(out)))
     params.append(ctx.act("y", out))
-    return "softmax.cu.j2", c, params, 1
+    return "softmax.cu.j2", c, params, c["rows"]
 
 
 def lower_threshold(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
