@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from ...graphs.ir import GraphError
+from .attention import gelu, layer_norm, token_mean, token_mean_axes
 from .checks import check_float_attrs
 from .io import Unsupported, show
 from .layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
@@ -433,6 +434,14 @@ def _hard(func: str) -> Callable[[ImportState, onnx.NodeProto], None]:
     return h
 
 
+def _reduce_mean(im: ImportState, node: onnx.NodeProto) -> None:
+    """ReduceMean over the tokens of a sequence (attention.token_mean), else over the spatial
+    axes of a frame (spatial.reduce_mean)."""
+    axes, keepdims = token_mean_axes(im, node)
+    if not token_mean(im, node, axes, keepdims):
+        reduce_mean(im, node)
+
+
 HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "MatMul": _matmul,
     "Gemm": _gemm,
@@ -451,7 +460,8 @@ HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "QuantizeLinear": qdq, "DequantizeLinear": qdq,
     "Cast": _cast,
     "Conv": conv, "MaxPool": pool, "AveragePool": pool, "GlobalAveragePool": pool,
-    "GlobalMaxPool": pool, "Resize": resize, "ReduceMean": reduce_mean,
+    "GlobalMaxPool": pool, "Resize": resize, "ReduceMean": _reduce_mean,
+    "LayerNormalization": layer_norm, "Gelu": gelu,
     "Clip": _clip, "HardSigmoid": _hard("hardsigmoid"), "HardSwish": _hard("hardswish"),
     "LSTM": recurrent, "GRU": recurrent,
 }

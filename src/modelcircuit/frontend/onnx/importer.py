@@ -35,6 +35,8 @@ from onnx import helper
 from ...graphs import limits
 from ...graphs.ir import Graph, GraphError, Tensor, prune, toposort
 from ...util.userio import shown
+from .attention import DOMAIN as FUSED_DOMAIN
+from .attention import FUSED, fuse
 from .channels import (
     CHANNELS_LAST_OPS,
     layout_consumer,
@@ -142,6 +144,8 @@ class _Importer(ImportState):
     # -- the walk --------------------------------------------------------------
     def run(self) -> Graph:
         self.opset = check_model(self.model)
+        self.model = fuse(self.model)  # attention and Gelu patterns (attention.py)
+        self.g = self.model.graph
         inits = self.load_initializers()
         inputs = self.load_inputs(inits)
         for node in self.g.node:
@@ -153,7 +157,7 @@ class _Importer(ImportState):
                 self.alias[o.name] = materialize(self, None, o.name)
         outputs = check_outputs(self)
         for name, arr in self.consts.items():
-            if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+            if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)) and name not in self.masks:
                 used = any(name in n.inputs for n in self.nodes)
                 if used:
                     raise GraphError(f"weight {name!r} contains NaN or Inf")
@@ -182,6 +186,10 @@ class _Importer(ImportState):
             check_node(self, node, False)
             pad_folds(self, node)  # folded into its reader's pads, or refused
             self.defined[node.output[0]] = f"the output of {self.label(node)}"
+            return
+        if node.domain == FUSED_DOMAIN and op in FUSED:  # written by attention.fuse
+            FUSED[op](self, node)
+            self.record_outputs(node)
             return
         node = padded_reader(self, node)
         quant = op in _QUANTIZERS

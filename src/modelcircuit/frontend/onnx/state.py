@@ -21,6 +21,8 @@ SUPPORTED_OPS = (
     "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize", "LSTM", "GRU",
     f"{CHANNELS_LAST}.Conv", f"{CHANNELS_LAST}.MaxPool",
     "Clip", "HardSigmoid", "HardSwish", "Pad", "ReduceMean", "Trunc",
+    "LayerNormalization", "Gelu", "Erf (in a Gelu)",
+    "MatMul+Softmax+MatMul (self-attention, frontend/onnx/attention.py)",
 )
 
 class ImportState:
@@ -58,6 +60,7 @@ class ImportState:
         # the output of an IR Reshape emitted here -> the tensor it reshapes (values in order)
         self.reshaped: dict[str, str] = {}
         self.weight_scales: set[float] = set()  # non-power-of-two scales of weight quantizers
+        self.masks: set[str] = set()  # constant attention masks (-inf entries allowed)
         # a Pad folded into its one reader (a Conv/AveragePool): its output -> (its input,
         # the spatial pads to add, begins then ends); see spatial.pad_folds
         self.pad_fold: dict[str, tuple[str, list[int]]] = {}
