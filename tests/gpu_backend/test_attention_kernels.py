@@ -296,18 +296,19 @@ def test_layernorm_float_within_the_rounding_bound(case) -> None:
 
 
 # -- every kernel compiles for sm_90 -----------------------------------------------------------
-def test_attention_kernels_compile_for_sm90() -> None:
+@pytest.mark.parametrize("compiler", ["nvcc", "cupy-nvrtc", "libnvrtc"])
+def test_attention_kernels_compile_for_sm90(compiler) -> None:
     import re
 
     from modelcircuit.gpu_backend import nvrtc
 
-    if not nvrtc.available():
-        pytest.skip("no CUDA compiler (nvcc or NVRTC) here")
+    if compiler not in nvrtc.available():
+        pytest.skip(f"no {compiler} here")
     graphs = ([matmul_graph(c, f) for c in MATMUL for f in (False, True)]
               + [attention_graph(c, f)[0] for c in ATTN for f in (False, True)]
               + [layernorm_graph(c, f) for c in LN for f in (False, True)])
     for g in graphs:
         prog = gpu_backend.generate(g)
-        ptx = gpu_backend.compile_ptx(prog.source, arch="sm_90").decode()
+        ptx = gpu_backend.compile_ptx(prog.source, arch="sm_90", backend=compiler).decode()
         assert set(re.findall(r"\.entry\s+(\w+)", ptx)) == {k.kname for k in prog.kernels}
         assert "__syncthreads" not in prog.source and "__shared__" not in prog.source
