@@ -2,12 +2,15 @@
 `encoder`) in gpu-emu: bit-exact with the golden model in fixed point (through `verify`, as
 `modelcircuit verify --backends golden,gpu-emu` runs it), float32 within the computed
 rounding bound (tests/conftest.py's float32_error_bound with tests/attention_bounds.py);
-a corrupted table is seen."""
+a corrupted table is seen. The exported encoders of tests/data/exporters (both torch exporters,
+float and brevitas QAT) through `modelcircuit verify` and against onnxruntime."""
 
 from __future__ import annotations
 
 import io
+import json
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,3 +128,52 @@ def test_encoder_kernels_compile_for_sm90(precision) -> None:
     assert set(re.findall(r"\.entry\s+(\w+)", ptx)) == {k.kname for k in prog.kernels}
     assert {"Attention", "LayerNorm"} <= {k.op for k in prog.kernels}
 
+
+
+# -- the exported encoders of tests/data/exporters (tests/exporters/generate.py --attn) -------
+EXPORTERS = Path(__file__).resolve().parents[1] / "data" / "exporters"
+
+
+def exported_encoders() -> list[tuple[str, bool]]:
+    """(file, quantized by the model) of every attention model in models.json: a Softmax
+    between two MatMuls (both torch exporters write attention so), refused models aside."""
+    meta = json.loads((EXPORTERS / "models.json").read_text())["models"]
+    return sorted((m["file"], m["kind"] == "qonnx") for m in meta
+                  if m.get("kind") != "refused" and "Softmax" in m["ops"]
+                  and m["ops"].count("MatMul") >= 2)
+
+
+ENCODER_FILES = exported_encoders()
+FIXED_RUNS = ([(f, None) for f, qat in ENCODER_FILES if qat]
+              + [(f, p) for f, qat in ENCODER_FILES if not qat
+                 for p in ("fixed<16,6>", "fixed<10,4,RND>")])
+
+
+@pytest.mark.skipif(not ENCODER_FILES, reason="no exported attention models in models.json")
+@pytest.mark.parametrize(("name", "precision"), FIXED_RUNS or [("-", None)])
+def test_exported_encoder_verify_golden_gpu_emu(name, precision, capsys) -> None:
+    """`modelcircuit verify --backends golden,gpu-emu`: exit 0, every vector bit-exact (QAT
+    models at their own types, float models at fixed precisions)."""
+    from modelcircuit import cli
+
+    args = ["verify", str(EXPORTERS / name), "--backends", "golden,gpu-emu", "--vectors", "48"]
+    rc = cli.main(args + (["--precision", precision] if precision else []))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "48/48" in out and "bit-exact: yes" in out
+
+
+@pytest.mark.skipif(not ENCODER_FILES, reason="no exported attention models in models.json")
+@pytest.mark.parametrize("name", [f for f, qat in ENCODER_FILES if not qat] or ["-"])
+def test_exported_encoder_float32_gpu_emu_within_the_bound(name) -> None:
+    """float32 gpu-emu against golden and against onnxruntime, within the computed bound."""
+    import onnxruntime as ort
+
+    c = mc.compile(mc.load_onnx(str(EXPORTERS / name)), precision="float32")
+    x = inputs(c, 24, seed=3)
+    x[:2] /= 20.0
+    got = np.asarray(gpu_backend.execute(c, [x], emulate=True)[c.graph.outputs[0]])
+    assert_float32_close(got, np.asarray(mc.run(c, x)), c, x, "gpu-emu - golden")
+    s = ort.InferenceSession(str(EXPORTERS / name), providers=["CPUExecutionProvider"])
+    feed = {s.get_inputs()[0].name: x.reshape((len(x),) + tuple(s.get_inputs()[0].shape[1:]))}
+    assert_float32_close(got, s.run(None, feed)[0], c, x, "gpu-emu - onnxruntime")
