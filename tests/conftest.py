@@ -130,6 +130,9 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
             e = np.concatenate([err[i] for i in node.inputs], axis=node.get("axis") + 1)
         elif node.op in ("LSTM", "GRU"):
             e = _recurrent_bound(g, node, vals[z], err[z])
+        elif node.op in ("Attention", "LayerNorm") or (
+                node.op == "Lut" and node.get("func") in ("gelu", "gelu_tanh")):
+            e = _attention_bound(g, node, vals, err)
         elif node.op in ("Relu", "Clip"):
             e = err[z]  # 1-Lipschitz, exact
         elif node.op in ("Add", "Sub") and not any(g.is_const(i) for i in node.inputs):
@@ -145,6 +148,69 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
                                  "tests/conftest.py float32_error_bound")
         err[node.outputs[0]] = e
     return err[g.outputs[0]].reshape(len(x), -1)
+
+
+def _attention_bound(g, node, vals: dict, err: dict) -> np.ndarray:
+    """float32_error_bound of Attention, LayerNorm and the Gelu tables (graphs/attention.py).
+
+    Attention, per head: scores s = scale q.k (+ mask) carry scale sqrt(q**2 @ E_k**2 +
+           E_q**2 @ k**2) from the inputs (independent differences, as Dense above) and sqrt(dk + 1) EPS scale |q| @ |k| + 3 EPS |s| of their own (dot
+           product, the scale, which exporters apply as sqrt(scale) on q and k: two more
+           roundings); softmax as Softmax above; o = p @ v: E_p @ |v| + p @ E_v +
+           sqrt(S + 1) EPS p @ |v|.
+    LayerNorm: z = (x - mean) / sigma, y = z g + b; dy = g / sigma (dx - mean(dx) - z
+           mean(z dx)): |g| / sigma (E + sqrt(mean(E**2) / D) + |z| sqrt(mean(z**2 E**2) / D))
+           for independent differences (as Dense above); its own:
+           the mean and variance sums (sqrt(D + 1) EPS of mean |x| / sigma and of |z|), a
+           variance computed as E[x^2] - E[x]^2 (sqrt(D + 1) EPS mean(x^2) / var |z| / 2),
+           and four roundings of the result (4 EPS (|y| + |b|)).
+    Gelu (erf or tanh form): |gelu'| <= 1.13, so 1.13 E + 4 EPS (|y| + |x|) (erf and tanh
+           within a few ulp; 0.5 x (1 + erf) cancels for negative x: absolute in |x|)."""
+    from modelcircuit.graphs import attention as attn
+    from modelcircuit.graphs.ops import AttentionAttrs
+
+    z = node.inputs[0]
+    y = vals[node.outputs[0]]
+    if node.op == "Lut":
+        return 1.13 * err[z] + 4 * EPS * (np.abs(y) + np.abs(vals[z])) + TINY
+    if node.op == "LayerNorm":
+        x = vals[z]
+        gm = np.abs(np.asarray(g.constants[node.inputs[1]], dtype=np.float64))
+        bt = np.abs(np.asarray(g.constants[node.inputs[2]], dtype=np.float64))
+        d = x.shape[-1]
+        mu = x.mean(axis=-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+        sig = np.sqrt(var + node.get("epsilon", 1e-5))
+        zz = (x - mu) / sig
+        ex = err[z]
+        prop = gm / sig * (ex + np.sqrt((ex * ex).mean(axis=-1, keepdims=True) / d)
+                           + np.abs(zz) * np.sqrt((zz * zz * ex * ex).mean(axis=-1,
+                                                                         keepdims=True) / d))
+        k = np.sqrt(d + 1) * EPS
+        own = gm * (k * np.abs(x).mean(axis=-1, keepdims=True) / sig + (k + 6 * EPS) * np.abs(zz)
+                    + k * (x * x).mean(axis=-1, keepdims=True) / sig**2 * np.abs(zz) / 2)
+        return prop + own + 4 * EPS * (np.abs(y) + bt) + TINY
+    a = AttentionAttrs.of(node)
+    qv, kv, vv = (vals[i] for i in node.inputs[:3])
+    eq, ek, ev = (err[i] for i in node.inputs[:3])
+    sp = lambda t: attn.split_heads(t, a.heads)  # noqa: E731
+    q, k, v, e_q, e_k, e_v = sp(qv), sp(kv), sp(vv), sp(eq), sp(ek), sp(ev)
+    kt = lambda t: np.swapaxes(t, -1, -2)  # noqa: E731
+    dk = q.shape[-1]
+    s = np.matmul(q, kt(k)) * a.scale
+    if a.masked:
+        s = s + np.asarray(g.constants[node.inputs[3]], dtype=np.float64)
+    s_fin = np.where(np.isfinite(s), s, 0.0)
+    e_s = (a.scale * np.sqrt((q * q) @ kt(e_k * e_k) + (e_q * e_q) @ kt(k * k))
+           + np.sqrt(dk + 1) * EPS * a.scale * (np.abs(q) @ kt(np.abs(k))) + 3 * EPS * np.abs(s_fin))
+    mx = np.max(np.where(np.isfinite(s), s, -np.inf), axis=-1, keepdims=True)
+    p = np.where(np.isfinite(s), np.exp(s_fin - mx), 0.0)
+    p = p / p.sum(axis=-1, keepdims=True)
+    n = s.shape[-1]
+    e_p = (2 * p * np.where(np.isfinite(s), e_s, 0).max(axis=-1, keepdims=True)
+           + (n + 4 + (mx - s_fin)) * EPS * p + 2 * TINY)
+    e_o = e_p @ np.abs(v) + p @ e_v + np.sqrt(n + 1) * EPS * (p @ np.abs(v))
+    return attn.merge_heads(e_o) + TINY
 
 
 def _recurrent_bound(g, node, x: np.ndarray, ex: np.ndarray) -> np.ndarray:

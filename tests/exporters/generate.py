@@ -37,6 +37,7 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import attention_models  # noqa: E402  (tests/exporters/, beside this script)
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -1432,10 +1433,10 @@ def generate_rnn(out: Path) -> list:
     """Only the rnn group (--rnn): write its files and replace their entries in models.json."""
     entries: list = []
     gen_rnn(out, entries)
-    return _merge_entries(out, entries)
+    return merge_entries(out, entries)
 
 
-def _merge_entries(out: Path, entries: list) -> list:
+def merge_entries(out: Path, entries: list) -> list:
     for e in entries:
         e["size_bytes"] = (out / e["file"]).stat().st_size
         e["sha256"] = hashlib.sha256((out / e["file"]).read_bytes()).hexdigest()
@@ -1461,6 +1462,7 @@ def generate(out: Path) -> list:
     gen_helper(out, data, entries)
     gen_cnn(out, data, entries)
     gen_rnn(out, entries)
+    attention_models.gen_attention(sys.modules[__name__], out, entries)
     for e in entries:
         e["size_bytes"] = (out / e["file"]).stat().st_size
         e["sha256"] = hashlib.sha256((out / e["file"]).read_bytes()).hexdigest()
@@ -1487,6 +1489,8 @@ def main() -> int:
                     help="(re)write only the CNN group into --out, keeping the other files")
     ap.add_argument("--rnn", action="store_true",
                     help="(re)write only the LSTM/GRU group into --out, keeping the other files")
+    ap.add_argument("--attn", action="store_true",
+                    help="(re)write only the attention group (attention_models.py) into --out")
     args = ap.parse_args()
 
     import torch as _torch
@@ -1511,6 +1515,9 @@ def main() -> int:
         return 0
     if args.rnn:
         generate_rnn(args.out)
+        return 0
+    if args.attn:
+        attention_models.generate_attention(sys.modules[__name__], args.out)
         return 0
     generate(args.out)
     total = sum(p.stat().st_size for p in args.out.iterdir())

@@ -82,6 +82,8 @@ class _Model:
         self.outputs = {o.name for o in g.output}
         self.input_shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
                              for vi in g.input if vi.name in self.inputs}
+        self.info: dict[str, list[int | None]] = {}  # shapes (batch None), set by fuse
+        self.shape_feeds: set[str] = set()
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                           13)
 
@@ -96,6 +98,7 @@ class _Model:
         """The nodes that compute `outputs` from `feeds`, the graph inputs and constants, in
         graph order."""
         need, todo = set(), list(outputs)
+        self.shape_feeds: set[str] = set()
         while todo:
             t = todo.pop()
             if t in feeds or t in self.inits or not t or t in self.inputs:
@@ -106,7 +109,14 @@ class _Model:
             if id(n) in need:
                 continue
             need.add(id(n))
-            todo.extend(i for i in n.input if i)
+            for i in n.input:
+                if not i:
+                    continue
+                if (n.op_type in ("Shape", "Size") and i not in feeds and i in self.info
+                        and all(d is not None for d in self.info[i][1:])):
+                    self.shape_feeds.add(i)  # only its shape is read: zeros of that shape
+                else:
+                    todo.append(i)
         return [n for n in self.model.graph.node if id(n) in need]
 
     def evaluate(self, outputs: list[str], feeds: dict[str, np.ndarray],
@@ -119,6 +129,8 @@ class _Model:
         outputs = [o for o in outputs]
         nodes = self.closure(outputs, set(feeds))
         feeds = dict(feeds)
+        for i in self.shape_feeds:
+            feeds[i] = np.zeros((batch,) + tuple(self.info[i][1:]), dtype=np.float64)
         read = {i for n in nodes for i in n.input}
         for i in self.inputs:  # read for their shapes (or by a side path checked before)
             if i in read and i not in feeds:
@@ -326,6 +338,92 @@ def _leads_to_matmul(m: _Model, t: str) -> bool:
     return False
 
 
+def _deps(m: _Model, t: str) -> frozenset[str]:
+    """The graph inputs whose values t depends on (shapes aside)."""
+    seen, todo, out = set(), [t], set()
+    while todo:
+        u = todo.pop()
+        if u in seen or not u:
+            continue
+        seen.add(u)
+        if u in m.inputs:
+            out.add(u)
+            continue
+        n = m.producer.get(u)
+        if n is not None and n.op_type not in ("Shape", "Size"):
+            todo.extend(n.input)
+    return frozenset(out)
+
+
+def _direct(m: _Model, start: str, b: int, transpose: bool, rng: np.random.Generator
+            ) -> tuple[str, float, list[onnx.NodeProto], int, str, tuple[int, ...]] | None:
+    """The batch-first (N, T, D) tensor P that `start` (q, k^T or v, split into heads) is a
+    layout of, times constant scalars, when there is one: (P, scalar, nodes between, heads,
+    arrangement, the per-head shape). The projection producing P then stays as it is (a
+    token-wise Dense). Checked at two batch sizes (a dimension that only looks like the batch,
+    e.g. N*H, fails at the second)."""
+    cur, scale, nodes = start, 1.0, []
+    while True:
+        n = m.producer.get(cur)
+        if n is None:
+            return None
+        if n.op_type in LAYOUT_OPS and n.input[0] in m.dynamic and len(_dyn_inputs(m, n)) == 1:
+            cur = n.input[0]
+        elif (sc := _scalar(m, n)) is not None:
+            scale *= sc
+            cur = _dyn_inputs(m, n)[0]
+        else:
+            return None
+        nodes.append(n)
+        shp = m.info.get(cur)
+        if shp is None or len(shp) != 3 or any(d is None for d in shp[1:]) \
+                or shp[0] not in (None, b):
+            continue
+        found = None
+        for bb in ((b + 1, b) if shp[0] is None else (b,)):  # the last: b
+            p = rng.normal(0, 1, (bb, shp[1], shp[2]))
+            try:
+                v = m.evaluate([start], {cur: p}, bb)[0]
+            except Exception:
+                found = None
+                break
+            v = np.swapaxes(v, -1, -2) if transpose else v
+            found = None
+            for name, arranged in _arrangements(v, bb, shp[1]):
+                if arranged.shape == p.shape and np.allclose(arranged, p * scale, rtol=1e-12,
+                                                             atol=1e-12):
+                    found = (cur, scale, list(nodes), arranged.shape[-1] // v.shape[-1], name,
+                             v.shape)
+                    break
+            if found is None:
+                break
+        if found is not None:
+            return found
+
+
+def _direct_out(m: _Model, mm2: onnx.NodeProto, b: int, arr: str, o_shape: tuple[int, ...],
+                rng: np.random.Generator) -> tuple[str, list[onnx.NodeProto]] | None:
+    """The batch-first tensor Y that the attention's heads are merged into by layout ops."""
+    cur, nodes = mm2.output[0], []
+    while True:
+        cons = m.cons(cur)
+        if len(cons) != 1 or cur in m.outputs:
+            return None
+        n = cons[0]
+        if not (n.op_type in LAYOUT_OPS and n.input[0] == cur and len(_dyn_inputs(m, n)) == 1):
+            return None
+        nodes.append(n)
+        cur = n.output[0]
+        p = rng.normal(0, 1, o_shape)
+        try:
+            y = m.evaluate([cur], {mm2.output[0]: p}, b)[0]
+        except Exception:
+            continue
+        want = dict(_arrangements(p, b, p.shape[-2])).get(arr)
+        if want is not None and y.shape == want.shape and np.array_equal(y, want):
+            return cur, nodes
+
+
 def _arrangements(a: np.ndarray, b: int, t: int) -> list[tuple[str, np.ndarray]]:
     """Ways to read an (..., T, d) per-head tensor of b samples as (b, T, H*d)."""
     if a.ndim < 2 or a.shape[-2] != t or a.size % (b * t * a.shape[-1]):
@@ -393,6 +491,16 @@ def _attention(m: _Model, sm: onnx.NodeProto, info: dict, out: _Fused, k: int) -
     a = attrs(sm)
     if int(a.get("axis", -1 if m.opset >= 13 else 1)) not in (-1, 3, 2):
         raise _err(sm, "attention's Softmax must be over the keys (the last axis)")
+    rng0 = np.random.default_rng(1000 + k)
+    shq = m.info.get(mm1.input[0])
+    bsz = 2 if not shq or shq[0] is None or shq[0] != 1 else 1
+    dq = _direct(m, mm1.input[0], bsz, False, rng0)
+    dk_ = _direct(m, mm1.input[1], bsz, True, rng0) if dq else None
+    dv = _direct(m, mm2.input[1], bsz, False, rng0) if dk_ else None
+    if dq and dk_ and dv:
+        _attention_direct(m, sm, mm1, mm2, s_scale, mask, s_nodes, (dq, dk_, dv), bsz, out,
+                          rng0)
+        return
     pq = _back(m, mm1.input[0], mm1, "query")
     pk = _back(m, mm1.input[1], mm1, "key")
     pv = _back(m, mm2.input[1], mm2, "value")
@@ -463,18 +571,7 @@ def _attention(m: _Model, sm: onnx.NodeProto, info: dict, out: _Fused, k: int) -
         if wo.shape[0] == wo.shape[1] and np.array_equal(wo, np.eye(wo.shape[0])) \
                 and not bo.any():
             wo = bo = None
-    mask_v = None
-    if mask is not None:
-        mv = np.asarray(m.value(mask), dtype=np.float64)
-        lead = mv.shape[:-2]
-        full = np.broadcast_to(mv, lead + (t, t)) if mv.ndim >= 2 else np.broadcast_to(mv, (t, t))
-        flat = full.reshape(-1, t, t)
-        if not all(np.array_equal(flat[0], f) for f in flat[1:]):
-            raise _err(sm, f"the attention mask {q(mask)} differs between heads or samples; "
-                       "only one (T, S) mask for every head is supported")
-        mask_v = np.where(flat[0] <= MASK_NEG_INF, -np.inf, flat[0])
-        if not mask_v.any():
-            mask_v = None
+    mask_v = _mask(m, sm, mask, t)
     # the replacement (batch-first, standard ops + one Attention node)
     base = f"attn{k}"
     nodes: list[onnx.NodeProto] = []
@@ -509,6 +606,60 @@ def _attention(m: _Model, sm: onnx.NodeProto, info: dict, out: _Fused, k: int) -
     for n in region:
         out.remove.add(id(n))
     out.new_nodes.append((mm1, nodes))
+
+
+def _mask(m: _Model, sm: onnx.NodeProto, mask: str | None, t: int) -> np.ndarray | None:
+    if mask is None:
+        return None
+    mv = np.asarray(m.value(mask), dtype=np.float64)
+    lead = mv.shape[:-2]
+    full = np.broadcast_to(mv, lead + (t, t)) if mv.ndim >= 2 else np.broadcast_to(mv, (t, t))
+    flat = full.reshape(-1, t, t)
+    if not all(np.array_equal(flat[0], f) for f in flat[1:]):
+        raise _err(sm, f"the attention mask {q(mask)} differs between heads or samples; "
+                   "only one (T, S) mask for every head is supported")
+    mask_v = np.where(flat[0] <= MASK_NEG_INF, -np.inf, flat[0])
+    return mask_v if mask_v.any() else None
+
+
+def _attention_direct(m: _Model, sm: onnx.NodeProto, mm1: onnx.NodeProto,
+                      mm2: onnx.NodeProto, s_scale: float, mask: str | None,
+                      s_nodes: list[onnx.NodeProto], srcs: tuple, b: int, out: _Fused,
+                      rng: np.random.Generator) -> None:
+    """q, k, v are layouts of batch-first projections (SDPA-style exports, QAT models with
+    quantizers on the projections): the Attention reads them as they are."""
+    (pq, cq, nq, hq, arr, sq), (pk, ck, nk, hk, _, _), (pv, cv, nv, hv, arr_v, sv) = srcs
+    dq, dk, dv = (_deps(m, t) for t in (pq, pk, pv))
+    t = m.info[pq][1]
+    if not dq == dk == dv or m.info[pk][1] != t:
+        raise _err(mm1, f"cross-attention: the queries come from {q(pq)}, the keys from "
+                   f"{q(pk)} and the values from {q(pv)}, not one token sequence; only "
+                   "self-attention is supported")
+    if not hq == hk == hv:
+        raise _err(mm1, f"queries, keys and values split into {hq}, {hk}, {hv} heads")
+    if cv != 1.0:
+        raise _err(mm2, f"the values are scaled by {cv}; only the scores may be scaled")
+    scale = cq * ck * s_scale
+    if not (math.isfinite(scale) and scale > 0):
+        raise _err(mm1, f"the scores' scale {scale} is not a positive number")
+    o = _direct_out(m, mm2, b, arr_v, tuple(sq[:-1]) + (sv[-1],), rng)
+    if o is None:
+        raise _err(mm2, "the attention's heads are not merged back into a batch-first (N, T, "
+                   "D) sequence by layout ops (layout not recognised; batch_first=True "
+                   "expected)")
+    y, f_nodes = o
+    mask_v = _mask(m, sm, mask, t)
+    ins = [pq, pk, pv]
+    base = f"attn{len(out.new_nodes)}"
+    if mask_v is not None:
+        nm = f"{base}_mask"
+        out.inits.append(numpy_helper.from_array(mask_v.astype(np.float32), nm))
+        ins.append(nm)
+    node = helper.make_node("Attention", ins, [y], name=mm1.name or f"{base}/Attention",
+                            domain=DOMAIN, heads=int(hq), scale=float(scale))
+    for n in nq + nk + nv + s_nodes + [mm1, sm, mm2] + f_nodes:
+        out.remove.add(id(n))
+    out.new_nodes.append((mm2, [node]))
 
 
 # -- Gelu as a table -------------------------------------------------------------------
@@ -602,6 +753,7 @@ def fuse(model: onnx.ModelProto) -> onnx.ModelProto:
     m = _Model(model)
     out = _Fused()
     info = _shapes(model) if "Softmax" in ops else {}
+    m.info = info
     for k, n in enumerate(model.graph.node):
         if id(n) in out.remove:
             continue

@@ -7,7 +7,8 @@ map, calibration range, else the precision); this pass adds what is inside:
 
 - MatMul: `acc`, the exact range of a sum of K products of the two input types.
 - Attention: `acc` (q.k sums over dk), the scale as a constant code (`scale_code` at
-  `scale_frac` fractional bits: c = 1 for a power of two, else 16 significant bits),
+  `scale_frac` fractional bits: c = 1 for a power of two, else 16 significant bits, fewer
+  where the q.k accumulator is wider than 44 bits),
   `score_type` (the precision's width; integer bits from a calibration range "<node>::score",
   else the precision's), Softmax's two tables over the scores (exactly passes/tables.py's:
   exp over the 16 units below the row maximum, the reciprocal of the row sum over S keys),
@@ -86,15 +87,15 @@ def sum_type(node: Node, a: FixedType, b: FixedType, terms: int, what: str) -> F
     return _check(node, min(0, terms * lo), max(0, terms * hi), a.frac + b.frac, what)
 
 
-def scale_code(scale: float) -> tuple[int, int]:
+def scale_code(scale: float, bits: int = SCALE_BITS) -> tuple[int, int]:
     """(c, fc): scale = c * 2**-fc, exactly for a power of two (c = 1), else c rounded to
-    SCALE_BITS significant bits."""
+    `bits` significant bits."""
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale {scale} is not a positive finite number")
     m, e = math.frexp(scale)  # scale = m * 2**e, 0.5 <= m < 1
     if m == 0.5:
         return 1, 1 - e
-    fc = SCALE_BITS - e
+    fc = bits - e
     return int(round(scale * 2.0**fc)), fc
 
 
@@ -142,8 +143,8 @@ def _attention(g: Graph, node: Node, base: FixedType, ranges: Mapping[str, tuple
     s = g.tensor(node.inputs[2]).shape[-2]
     dk = hdk // a.heads
     acc = sum_type(node, tq, tk, dk, "q.k accumulator")
-    try:
-        c, fc = scale_code(a.scale)
+    try:  # 16 significant bits, fewer where the q.k sum is wide (the product within 62 bits)
+        c, fc = scale_code(a.scale, max(4, min(SCALE_BITS, LIMIT_BITS - 2 - acc.width)))
     except ValueError as e:
         raise GraphError(f"{_where(node)}: {e}") from None
     _check(node, acc.qmin * c, acc.qmax * c, acc.frac + fc, "scaled score")

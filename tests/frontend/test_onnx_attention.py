@@ -1,0 +1,198 @@
+"""The attention group of tests/data/exporters/ (tests/exporters/attention_models.py): the
+patterns torch.onnx (TorchScript and dynamo) and brevitas write for transformer encoders are
+fused into token-wise Dense + Attention (+ LayerNorm, Gelu tables, token means). The float32
+golden == onnxruntime check (within conftest.float32_error_bound) runs with every float export
+in test_exporter_models.py; here: what the import makes of each file, fixed<16,6> and the QAT
+model's own types in golden, refusals, determinism, and that the float check can fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import modelcircuit as mc
+from modelcircuit.graphs.ir import GraphError
+from tests.conftest import assert_float32_close
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "exporters"
+MODELS = {m["file"]: m for m in json.loads((DATA / "models.json").read_text())["models"]}
+ATTN_FLOAT = sorted(f for f, m in MODELS.items() if m["kind"] == "float"
+                    and ("token_task" in m["training"] or "jet_task" in m["training"]))
+QAT = sorted(f for f, m in MODELS.items() if m["kind"] == "qonnx_attention")
+REFUSED = sorted(f for f, m in MODELS.items() if m["kind"] == "refused")
+
+
+def _x(g, n: int, seed: int) -> np.ndarray:
+    shp = g.tensor(g.inputs[0]).shape
+    return np.random.default_rng(seed).normal(size=(n, *shp)).astype(np.float32)
+
+
+def test_the_attention_group_is_there():
+    assert len(ATTN_FLOAT) >= 8 and len(QAT) >= 1 and len(REFUSED) >= 2
+    assert any("dynamo=True" in MODELS[f]["exporter"] for f in ATTN_FLOAT)
+    assert any("dynamo=False" in MODELS[f]["exporter"] for f in ATTN_FLOAT)
+    assert any("particle" in f for f in ATTN_FLOAT)
+
+
+@pytest.mark.parametrize("name", ATTN_FLOAT + QAT)
+def test_import_fuses_every_attention(name):
+    """One Attention per Softmax of the file, nothing of the head layouts left (no MatMul of
+    two activations, no Transpose), LayerNorm and token means where the model has them."""
+    model = onnx.load(str(DATA / name))
+    g = mc.load_onnx(DATA / name)
+    ops = [str(n.op) for n in g.nodes]
+    softmaxes = sum(n.op_type == "Softmax" for n in model.graph.node)
+    assert ops.count("Attention") == softmaxes >= 1
+    assert "MatMul" not in ops and "Transpose" not in ops and "Softmax" not in ops
+    if any(n.op_type == "LayerNormalization" for n in model.graph.node):
+        assert ops.count("LayerNorm") == sum(n.op_type == "LayerNormalization"
+                                             for n in model.graph.node)
+    if any(n.op_type in ("Erf", "Tanh") for n in model.graph.node):
+        assert any(n.op == "Lut" and n.get("func") in ("gelu", "gelu_tanh") for n in g.nodes)
+    assert "AvgPool" in ops  # the mean over the tokens
+    causal = "causal" in name
+    att = [n for n in g.nodes if n.op == "Attention"]
+    assert all(bool(n.get("masked")) == causal for n in att)
+    if causal:
+        m = g.constants[att[0].inputs[3]]
+        assert np.array_equal(np.isneginf(m), np.triu(np.ones(m.shape, bool), 1))
+
+
+@pytest.mark.parametrize("name", ATTN_FLOAT)
+def test_fixed_16_6_follows_the_float_model(name):
+    g = mc.load_onnx(DATA / name)
+    x = _x(g, 200, 0)
+    fl = np.asarray(mc.run(mc.compile(g, precision="float32"), x), dtype=np.float64)
+    c = mc.compile(g, precision="fixed<16,6>")
+    a = np.asarray(mc.run(c, x), dtype=np.float64)
+    assert np.array_equal(a, mc.run(c, x))  # deterministic
+    same = float((fl.argmax(axis=1) == a.argmax(axis=1)).mean())
+    # 10 fractional bits per tensor, Gelu tables of 2**-4 steps: the logits move by a few
+    # hundredths, far less than their spread
+    assert same >= 0.95, (name, same, np.abs(fl - a).max())
+    assert np.abs(fl - a).max() < 0.1 * (1 + np.abs(fl).max()), np.abs(fl - a).max()
+
+
+@pytest.mark.parametrize("name", QAT)
+def test_qat_model_compiles_with_its_own_types_and_runs(name):
+    """brevitas' 8-bit QAT: the model's quantizers (8-bit codes, their float scales) stay on
+    q, k, v and every projection; the compiler types the attention's internals. Golden with
+    the model's types decides as the float execution of the same graph (quantizers applied
+    in float: equal to qonnx's execution of the file within float32 rounding)."""
+    g = mc.load_onnx(DATA / name)
+    x = _x(g, 200, 1)
+    c = mc.compile(g)
+    # the 8-bit activation quantizers: exact thresholds between integer layers (or Requant)
+    req = [n for n in c.graph.nodes if n.op in ("Requant", "Threshold")]
+    assert len(req) >= 6 and all(c.graph.tensor(n.outputs[0]).dtype.width == 8 for n in req)
+    att = next(n for n in c.graph.nodes if n.op == "Attention")
+    for i in att.inputs[:3]:
+        t = c.graph.tensor(i).dtype
+        assert t is not None and not t.is_float, (i, t)
+    q = np.asarray(mc.run(c, x), dtype=np.float64)
+    fl = np.asarray(mc.run(mc.compile(g, precision="float32"), x), dtype=np.float64)
+    # the model's 8-bit grids are kept; the attention's internals (16-bit scores, ufixed<16,1>
+    # probabilities, 18-bit exp and reciprocal tables) move the logits by about 1e-2
+    assert float((fl.argmax(axis=1) == q.argmax(axis=1)).mean()) >= 0.95
+    assert np.abs(fl - q).max() < 0.02 * (1 + np.abs(fl).max()), np.abs(fl - q).max()
+    # a user precision compiles and runs too (it replaces the model's types: not QAT)
+    f16 = mc.run(mc.compile(g, precision="fixed<16,6>"), x[:8])
+    assert np.all(np.isfinite(f16))
+
+
+def test_the_float_check_sees_a_wrong_scale():
+    """A scale off by 1e-4 of itself (what a wrongly fused sqrt(dk) would give, far less)
+    fails the float32 comparison with onnxruntime."""
+    import onnxruntime as ort
+
+    name = "torch_encoder_d16_h2_t8.onnx"
+    g = mc.load_onnx(DATA / name)
+    x = _x(g, 200, 2)
+    s = ort.InferenceSession(str(DATA / name), providers=["CPUExecutionProvider"])
+    want = s.run(None, {s.get_inputs()[0].name: x})[0].astype(np.float64)
+    c = mc.compile(g, precision="float32")
+    assert_float32_close(np.asarray(mc.run(c, x)), want, c, x)
+    nodes = tuple(n.with_attrs(scale=n.get("scale") * (1 + 1e-4)) if n.op == "Attention" else n
+                  for n in g.nodes)
+    bad = mc.compile(dataclasses.replace(g, nodes=nodes), precision="float32")
+    with pytest.raises(AssertionError, match="float32 rounding bound"):
+        assert_float32_close(np.asarray(mc.run(bad, x)), want, bad, x)
+
+
+def test_import_is_deterministic():
+    for name in ("torch_encoder_d16_h2_t8.onnx", "torch_sdpa_gelu_tanh_d16_h4_t12.onnx"):
+        a = mc.compile(mc.load_onnx(DATA / name), precision="fixed<16,6>")
+        b = mc.compile(mc.load_onnx(DATA / name), precision="fixed<16,6>")
+        assert a.graph_id == b.graph_id
+
+
+@pytest.mark.parametrize("name,what", [("refuse_cross_attention.onnx", "cross-attention"),
+                                       ("refuse_input_mask.onnx", "data-dependent mask")])
+def test_refusals_name_the_node(name, what, tmp_path):
+    with pytest.raises(GraphError, match=what) as e:
+        mc.load_onnx(DATA / name)
+    assert str(e.value).startswith("node '") and "\n" not in str(e.value)
+    out = tmp_path / "art"
+    r = subprocess.run([sys.executable, "-m", "modelcircuit", "compile", str(DATA / name),
+                        "--target", "golden", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: node '") and what in lines[0]
+    assert not out.exists()
+
+
+def _kv_cache_model() -> onnx.ModelProto:
+    """q from x; k and v from Concat(past, x): a key/value cache (hand-written)."""
+    from onnx import TensorProto, helper
+
+    t, d = 4, 8
+    nodes = [helper.make_node("Concat", ["past", "x"], ["kv"], axis=1),
+             helper.make_node("Transpose", ["kv"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["x", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "kv"], ["y"])]
+    g = helper.make_graph(nodes, "kv", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", t, d]),
+        helper.make_tensor_value_info("past", TensorProto.FLOAT, ["n", t, d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", t, d])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_kv_cache_is_refused_naming_the_node():
+    from modelcircuit.frontend.onnx.importer import import_model
+
+    with pytest.raises(GraphError, match=r"node 'MatMul|node '\?'.*cache"):
+        import_model(_kv_cache_model())
+
+
+def test_attention_over_the_batch_axis_is_refused():
+    """batch_first=False layout: the sequence on ONNX axis 0 (T, N, D) with a symbolic N in
+    the middle is not a per-sample sequence; the import says so in one line."""
+    from onnx import TensorProto, helper
+
+    from modelcircuit.frontend.onnx.importer import import_model
+
+    t, d = 4, 8
+    w = helper.make_tensor("w", TensorProto.FLOAT, [d, d],
+                           np.random.default_rng(0).normal(size=d * d).tolist())
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["q"]),
+             helper.make_node("Transpose", ["q"], ["qb"], perm=[1, 0, 2]),  # (N, T, D)
+             helper.make_node("Transpose", ["q"], ["kt"], perm=[1, 2, 0]),  # (N, D, T)
+             helper.make_node("MatMul", ["qb", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "qb"], ["o"]),
+             helper.make_node("Transpose", ["o"], ["y"], perm=[1, 0, 2])]
+    g = helper.make_graph(nodes, "seqfirst", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, "n", d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [t, "n", d])], initializer=[w])
+    with pytest.raises(GraphError) as e:
+        import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert "\n" not in str(e.value) and str(e.value).startswith("node '")
