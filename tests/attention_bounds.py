@@ -1,7 +1,8 @@
 """float32 rounding models of the attention ops (graphs/attention.py), in the style of
-tests/conftest.py's float32_error_bound (which calls `node_bound` for these ops): per output
-element, the typical size of |ours - theirs| between two float32 evaluations, from float64
-values and the error E already on each input. EPS = 2u (two sides each round), sums of n
+tests/conftest.py's float32_error_bound (which calls `matmul_bound` for a MatMul of two
+activations; its own _attention_bound serves whole graphs with Attention and LayerNorm, these
+two serve the kernel unit tests): per output element, the typical size of |ours - theirs|
+between two float32 evaluations, from float64 values and the error E already on each input. EPS = 2u (two sides each round), sums of n
 independent roundings grow as sqrt(n + 1) (Higham & Mary 2019), as there."""
 
 from __future__ import annotations
@@ -76,28 +77,3 @@ def layernorm_bound(x, ex, gamma, beta, eps):
     e_yn = e_d / den + np.abs(yn) * (rel + EPS)
     y = yn * gamma + beta
     return np.abs(gamma) * e_yn + EPS * (np.abs(yn * gamma) + np.abs(y)) + TINY
-
-
-def gelu_bound(x, ex, y):
-    """Gelu (either form): |gelu'| <= 1.13 carries E_x; own error: the argument's product,
-    erf / tanh within 2 ulp, the sum with 1 and the two products: 4 EPS |y| and, from the
-    rounding of 1 + erf(.) (absolute EPS / 2 on a factor 0.5 x), EPS |x|."""
-    return 1.13 * ex + 4 * EPS * np.abs(y) + EPS * np.abs(x) + TINY
-
-
-def node_bound(g, node, vals, err):
-    """The bound of one attention-family node (MatMul, Attention, LayerNorm, a Gelu Lut), or
-    None for other ops."""
-    ins = node.inputs
-    if node.op == "MatMul":
-        return matmul_bound(vals[ins[0]], vals[ins[1]], err[ins[0]], err[ins[1]])
-    if node.op == "Attention":
-        mask = np.asarray(g.constants[ins[3]], np.float64) if node.get("masked") else None
-        return attention_bound(*(vals[i] for i in ins[:3]), *(err[i] for i in ins[:3]),
-                               node.get("heads"), node.get("scale"), mask)
-    if node.op == "LayerNorm":
-        return layernorm_bound(vals[ins[0]], err[ins[0]], g.constants[ins[1]],
-                               g.constants[ins[2]], node.get("epsilon"))
-    if node.op == "Lut" and node.get("func") in ("gelu", "gelu_tanh"):
-        return gelu_bound(vals[ins[0]], err[ins[0]], vals[node.outputs[0]])
-    return None

@@ -138,7 +138,7 @@ def exported_encoders() -> list[tuple[str, bool]]:
     """(file, quantized by the model) of every attention model in models.json: a Softmax
     between two MatMuls (both torch exporters write attention so), refused models aside."""
     meta = json.loads((EXPORTERS / "models.json").read_text())["models"]
-    return sorted((m["file"], m["kind"] == "qonnx") for m in meta
+    return sorted((m["file"], m["kind"].startswith("qonnx")) for m in meta
                   if m.get("kind") != "refused" and "Softmax" in m["ops"]
                   and m["ops"].count("MatMul") >= 2)
 
