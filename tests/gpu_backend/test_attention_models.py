@@ -177,3 +177,24 @@ def test_exported_encoder_float32_gpu_emu_within_the_bound(name) -> None:
     s = ort.InferenceSession(str(EXPORTERS / name), providers=["CPUExecutionProvider"])
     feed = {s.get_inputs()[0].name: x.reshape((len(x),) + tuple(s.get_inputs()[0].shape[1:]))}
     assert_float32_close(got, s.run(None, feed)[0], c, x, "gpu-emu - onnxruntime")
+
+
+# -- on a CUDA device (marker `gpu`: skipped without one) ---------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["t8_d16_h2", "gelu_causal", "t16_d32_h4_2layers", "unfused"])
+def test_encoder_on_the_device(case) -> None:
+    """The same kernels on a GPU (CUDA graph replay and plain launches): fixed point bit-exact
+    with golden, float32 within the rounding bound."""
+    c = compiled(case, "fixed<16,6>")
+    m = gpu_backend.load(c)
+    for n in (1, 7, 300):
+        codes = reference.quantize_inputs(c.graph, [inputs(c, n, seed=n)])
+        want = reference.execute(c.graph, codes, inputs_are_codes=True)[c.graph.outputs[0]]
+        for graph in (True, False):
+            got = m.run_all(codes, graph=graph)[c.graph.outputs[0]]
+            np.testing.assert_array_equal(np.asarray(got).reshape(want.shape), want)
+    cf = compiled(case, "float32")
+    x = inputs(cf, 256, seed=5)
+    x[:2] /= 20.0
+    got = gpu_backend.execute(cf, [x], emulate=False)[cf.graph.outputs[0]]
+    assert_float32_close(np.asarray(got), np.asarray(mc.run(cf, x)), cf, x, "cuda - golden")
