@@ -40,7 +40,9 @@ from .channels import (
     layout_consumer,
     marked,
     materialize,
+    nchw_inputs,
     onnx_shape,
+    to_channels_last,
     transpose_plain,
 )
 from .checks import (
@@ -144,6 +146,7 @@ class _Importer(ImportState):
         self.opset = check_model(self.model)
         inits = self.load_initializers()
         inputs = self.load_inputs(inits)
+        nchw_inputs(self, inputs)
         for node in self.g.node:
             self.visit(node)
         self.node = None
@@ -184,6 +187,8 @@ class _Importer(ImportState):
             self.defined[node.output[0]] = f"the output of {self.label(node)}"
             return
         node = padded_reader(self, node)
+        if self.pending_cf and any(i in self.pending_cf for i in node.input):
+            to_channels_last(self, node)
         quant = op in _QUANTIZERS
         cl_op = node.domain == CHANNELS_LAST and op in CHANNELS_LAST_OPS
         if not quant and not cl_op and (node.domain not in ("", "ai.onnx")

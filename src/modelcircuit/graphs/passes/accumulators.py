@@ -22,6 +22,7 @@ from ..ops import (
     AvgPoolAttrs,
     Op,
     attrs,
+    window_counts,
 )
 from ..types import FixedType, TypeError_, type_for_range
 
@@ -56,15 +57,28 @@ def avg_recip(node: Node, acc: FixedType, count: int) -> tuple[FixedType, int]:
     """The reciprocal of an AvgPool's window count as a fixed-point constant: exact for a
     power of two (F = log2(count)), else round(2**F / count) with F = 32 fractional bits (at
     most what keeps sum * recip within 62 bits)."""
-    if count & (count - 1) == 0:
-        f = count.bit_length() - 1
+    rt, codes = avg_recips(node, acc, [count])
+    return rt, int(codes[count])
+
+
+def avg_recips(node: Node, acc: FixedType, counts) -> tuple[FixedType, np.ndarray]:
+    """The reciprocals of the window counts `counts` (count_include_pad=0: one per window
+    geometry) in one fixed-point type: a table indexed by the count, entry c = round(2**F /
+    c) (half up), entry 0 unused (0). F = log2 of the largest count where every count is a
+    power of two (each reciprocal exact), else 32 (at most what keeps sum * recip within 62
+    bits)."""
+    cs = sorted({int(c) for c in counts})
+    if all(c & (c - 1) == 0 for c in cs):
+        f = cs[-1].bit_length() - 1
     else:
         f = min(32, 62 - acc.width - 1)
         if f < 8:
             raise GraphError(f"node {node.name} (AvgPool): the window sum is {acc.width} bits "
                              "wide, too wide to divide by the window size in 64 bits")
-    code = (2 * (1 << f) + count) // (2 * count)  # round half up
-    return FixedType(f + 2, 2, False), code
+    table = np.zeros(cs[-1] + 1, dtype=np.int64)
+    for c in range(1, cs[-1] + 1):
+        table[c] = (2 * (1 << f) + c) // (2 * c)  # round half up
+    return FixedType(f + 2, 2, False), table
 
 
 def _check(node: Node, lo: int, hi: int, frac: int, what: str) -> FixedType:
@@ -147,13 +161,19 @@ def accumulator_types(g: Graph) -> Graph:
                     tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]], dtype=acc)
             elif node.op == Op.AVG_POOL and isinstance(in_t[0], FixedType):
                 xt = in_t[0]
-                count = int(np.prod(AvgPoolAttrs.of(node).kernel))
+                pa = AvgPoolAttrs.of(node)
+                count = int(np.prod(pa.kernel))
                 acc = _check(node, count * xt.qmin, count * xt.qmax, xt.frac, "window sum")
-                rt, code = avg_recip(node, acc, count)
+                if pa.exclude_pad:  # a reciprocal per window count, indexed by the count
+                    isp = tuple(tensors[node.inputs[0]].shape[:-1])
+                    rt, code = avg_recips(node, acc, window_counts(
+                        isp, pa.kernel, pa.strides, pa.pads).reshape(-1))
+                else:
+                    rt, code = avg_recip(node, acc, count)
                 rn = f"{node.name}_recip"
                 consts = dict(g.constants)
                 consts[rn] = np.asarray(code, dtype=np.int64)
-                tensors[rn] = Tensor(rn, (), rt)
+                tensors[rn] = Tensor(rn, np.shape(code), rt)
                 g = g.replace(constants=consts)
                 node = node.with_attrs(acc=str(acc), recip_type=str(rt))
                 node = dataclasses.replace(node, inputs=(node.inputs[0], rn))
