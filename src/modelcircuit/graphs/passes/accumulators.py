@@ -29,7 +29,11 @@ from ..types import FixedType, TypeError_, type_for_range
 
 def dense_range(xt: FixedType, w: np.ndarray, b: np.ndarray | None, bt: FixedType | None,
                 wt: FixedType) -> tuple[int, int, int]:
-    """(lo, hi, frac) of the exact accumulator; Python ints, no overflow possible."""
+    """(lo, hi, frac) of the exact accumulator; Python ints, no overflow possible (int64
+    where every partial sum provably stays under 2**62, else Python ints)."""
+    fast = _dense_range_int64(xt, w, b, bt, wt)
+    if fast is not None:
+        return fast
     w = np.asarray(w, dtype=object)
     lo_p = np.minimum(w * xt.qmin, w * xt.qmax)
     hi_p = np.maximum(w * xt.qmin, w * xt.qmax)
@@ -43,6 +47,48 @@ def dense_range(xt: FixedType, w: np.ndarray, b: np.ndarray | None, bt: FixedTyp
         hi_col = hi_col * (1 << sh_acc) + bb * (1 << sh_b)
         frac = bf
     return int(min(lo_col.min(), 0)), int(max(hi_col.max(), 0)), frac
+
+
+def _integral_int64(v: np.ndarray) -> np.ndarray | None:
+    """v as int64 if every value is an integer under 2**53 in magnitude, else None."""
+    v = np.asarray(v)
+    if v.dtype.kind in "iub":
+        return v.astype(np.int64) if v.size == 0 or int(np.abs(v).max()) < (1 << 53) else None
+    if v.dtype.kind != "f" or not np.all(np.isfinite(v)) or (v.size and (
+            np.abs(v).max() >= 2.0 ** 53 or not np.array_equal(v, np.round(v)))):
+        return None
+    return v.astype(np.int64)
+
+
+def _dense_range_int64(xt: FixedType, w: np.ndarray, b: np.ndarray | None,
+                       bt: FixedType | None, wt: FixedType) -> tuple[int, int, int] | None:
+    """dense_range in int64 (the same integers, ~100x faster on big layers) where the
+    weights and bias are integers and every sum is bounded under 2**62; None otherwise."""
+    wi = _integral_int64(w)
+    if wi is None or wi.ndim != 2 or wi.size == 0:
+        return None
+    xmax = max(abs(xt.qmin), abs(xt.qmax))
+    bound = int(np.abs(wi).max()) * xmax * wi.shape[0]
+    frac = xt.frac + wt.frac
+    sh_acc = sh_b = 0
+    bi = None
+    if b is not None and bt is not None:
+        bi = _integral_int64(b)
+        if bi is None:
+            return None
+        bf = max(frac, bt.frac)
+        sh_acc, sh_b = bf - frac, bf - bt.frac
+        bound = (bound << sh_acc) + ((int(np.abs(bi).max()) if bi.size else 0) << sh_b)
+        frac = bf
+    if bound >= 1 << 62:
+        return None
+    a, c = wi * xt.qmin, wi * xt.qmax
+    lo_col = np.minimum(a, c).sum(axis=0)
+    hi_col = np.maximum(a, c).sum(axis=0)
+    if bi is not None:
+        lo_col = (lo_col << sh_acc) + (bi << sh_b)
+        hi_col = (hi_col << sh_acc) + (bi << sh_b)
+    return int(min(int(lo_col.min()), 0)), int(max(int(hi_col.max()), 0)), frac
 
 
 def linear_weights(g: Graph, node: Node) -> np.ndarray:
