@@ -109,29 +109,31 @@ def test_residual_block_directly_on_the_nchw_input_equals_qonnx_exactly(tmp_path
 
 
 def test_wire_order_in_inspect_manifest_and_top_json(tmp_path, capsys):
-    """The residual block compiled to Verilog (before: refused, a Transpose of a pixel stream
-    in the circuit): top.json and the manifest say the model's input is channels-first, the
-    host's Transpose reorders it, and the circuit reads raster-order pixels of 4 channels;
-    `inspect` prints it."""
-    p = _save(_residual_qonnx_model(), tmp_path)
+    """A Conv and a residual skip on the NCHW input, compiled to Verilog (before: refused, a
+    Transpose of a pixel stream in the circuit): top.json and the manifest say the model's
+    input is channels-first, the host's Transpose reorders it, and the circuit reads
+    raster-order pixels of 3 channels; `inspect` prints it."""
+    p = _save(_float_model("skip"), tmp_path)
     out = tmp_path / "c"
-    assert cli(["compile", str(p), "--target", "verilog", "--out", str(out)]) == 0
+    assert cli(["compile", str(p), "--precision", "fixed<8,3>", "--target", "verilog",
+                "--out", str(out)]) == 0
     top = json.loads((out / "hdl" / "top.json").read_text())
     man = json.loads((out / "manifest.json").read_text())
     for w in (top["wire"], man["wire"]):
         i = w["input"]
-        assert i["model_shape"] == [4, 6, 5] and i["circuit_shape"] == [6, 5, 4]
+        assert i["model_shape"] == [3, 6, 5] and i["circuit_shape"] == [6, 5, 3]
         assert i["model_layout"] == "channels-first"
         assert [(m["op"], m["perm"]) for m in i["host_moves"]] == [("Transpose", [1, 2, 0])]
-        assert "30 pixels in raster order" in i["order"] and "4 channels" in i["order"]
+        assert "30 pixels in raster order" in i["order"] and "3 channels" in i["order"]
         assert w["output"]["model_layout"] == "channels-first"
-    assert top["input"]["frame"]["shape"] == [6, 5, 4]  # the circuit's port says the same
+        assert [m["op"] for m in w["output"]["host_moves"]] == ["Transpose"]
+    assert top["input"]["frame"]["shape"] == [6, 5, 3]  # the circuit's port says the same
     capsys.readouterr()
     assert cli(["inspect", str(out)]) == 0
     text = capsys.readouterr().out
-    assert ("wire order, input: model [4, 6, 5] (channels-first); the host reorders it "
+    assert ("wire order, input: model [3, 6, 5] (channels-first); the host reorders it "
             "(Transpose(") in text
-    assert "circuit [6, 5, 4]: 30 pixels in raster order" in text
+    assert "circuit [6, 5, 3]: 30 pixels in raster order" in text
 
 
 def test_nhwc_input_is_not_reordered(tmp_path):
