@@ -81,3 +81,49 @@ def test_bisected_thresholds_equal_the_code_by_code_walk(model, monkeypatch):
     for k in names:
         np.testing.assert_array_equal(bisect.graph.constants[k], walk.graph.constants[k], k)
     assert bisect.graph_id == walk.graph_id
+
+
+def _factor_columns_by_definition(w, scales):
+    """scales.factor_columns' definition: every scale tried in order on the whole column."""
+    from modelcircuit.graphs.passes.scales import MAX_CODE
+
+    codes, col_scale = np.zeros_like(w), np.ones(w.shape[1])
+    with np.errstate(all="ignore"):
+        for j in range(w.shape[1]):
+            col = w[:, j]
+            if not np.any(col):
+                continue
+            for s in scales:
+                c = np.round(col / s)
+                if np.all(np.abs(c) < MAX_CODE) and np.array_equal(c * s, col):
+                    codes[:, j], col_scale[j] = c, s
+                    break
+            else:
+                return None
+    return codes, col_scale
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_factor_columns_equals_its_definition(seed):
+    """Per-channel float scales (brevitas' per-output-channel weight quantizers), a pool of
+    hundreds of candidate scales, columns of codes times one of them (and zero columns, and
+    codes that a larger scale also explains: the largest must win)."""
+    from modelcircuit.graphs.passes.scales import factor_columns
+
+    rng = np.random.default_rng(seed)
+    pool = np.sort(rng.uniform(1e-4, 1e-1, 400).astype(np.float32).astype(np.float64))[::-1]
+    pool = np.concatenate([pool, pool[:50] / 2])  # s and s/2: even codes fit both
+    scales = tuple(float(s) for s in sorted(set(pool.tolist()), reverse=True))
+    k, n = 27, 40
+    pick = rng.choice(len(scales), n)
+    codes = rng.integers(-7, 8, size=(k, n)).astype(np.float64)
+    codes[:, 3] = 0
+    codes[:, 5] = 2 * rng.integers(-3, 4, size=k)
+    w = codes * np.asarray([scales[i] for i in pick])[None, :]
+    want = _factor_columns_by_definition(w, scales)
+    got = factor_columns(w, scales)
+    assert want is not None and got is not None
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    w[0, 0] += 1e-3  # no scale explains this column
+    assert factor_columns(w, scales) is None and _factor_columns_by_definition(w, scales) is None

@@ -33,12 +33,19 @@ def factor_columns(w: np.ndarray, scales: tuple[float, ...]) -> tuple[np.ndarray
     `scales` (tried largest first: the fewest code bits); None if some column has none."""
     codes = np.zeros_like(w, dtype=np.float64)
     col_scale = np.ones(w.shape[1], dtype=np.float64)
+    sv = np.asarray(scales, dtype=np.float64)
     with np.errstate(all="ignore"):
         for j in range(w.shape[1]):
             col = w[:, j]
             if not np.any(col):
                 continue
-            for s in scales:
+            # candidates: the scales under which the column's largest element is a code (a
+            # necessary condition of the test below, the same arithmetic, for every scale at
+            # once: a model with per-channel scales has thousands)
+            v = col[np.argmax(np.abs(col))]
+            cv = np.round(v / sv)
+            ok = (np.abs(cv) < MAX_CODE) & (cv * sv == v)
+            for s in (scales[i] for i in np.flatnonzero(ok)):
                 c = np.round(col / s)
                 if np.all(np.abs(c) < MAX_CODE) and np.array_equal(c * s, col):
                     codes[:, j], col_scale[j] = c, s
