@@ -170,3 +170,62 @@ def test_residual_block_on_the_nchw_input_verify_golden_rtl_gpu_emu(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     rep = json.loads(js.read_text())
     assert rep["bit_exact"] and rep["timing_ok"]
+
+
+def _per_channel_act_model() -> onnx.ModelProto:
+    """brevitas_examples MobileNet's pattern: Conv -> ReLU -> an activation quantizer with a
+    per-channel scale (1, C, 1, 1) on the NCHW frame -> depthwise Conv -> Quant."""
+    q = "qonnx.custom_op.general"
+    rng = np.random.default_rng(8)
+    c = 4
+    w1 = rng.normal(0, 0.4, (c, 3, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 0.4, (c, 1, 3, 3)).astype(np.float32)
+    sa = (0.02 + 0.03 * rng.random((1, c, 1, 1))).astype(np.float32)
+    ws = [(np.abs(w).max(axis=(1, 2, 3), keepdims=True) / 7).astype(np.float32) for w in (w1, w2)]
+    inits = [numpy_helper.from_array(v, n) for n, v in (
+        ("w1", w1), ("w2", w2), ("ws1", ws[0]), ("ws2", ws[1]), ("sa", sa),
+        ("si", np.array(0.0157, np.float32)), ("so", np.array(0.0533, np.float32)),
+        ("z", np.array(0.0, np.float32)), ("b4", np.array(4.0, np.float32)),
+        ("b8", np.array(8.0, np.float32)))]
+    n = helper.make_node
+    nodes = [n("Quant", ["x", "si", "z", "b8"], ["xi"], domain=q, signed=1, narrow=0,
+               rounding_mode="ROUND"),
+             n("Quant", ["w1", "ws1", "z", "b4"], ["wq1"], domain=q, signed=1, narrow=1,
+               rounding_mode="ROUND"),
+             n("Conv", ["xi", "wq1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
+             n("Quant", ["r1", "sa", "z", "b4"], ["a1"], domain=q, signed=0, narrow=0,
+               rounding_mode="ROUND"),
+             n("Quant", ["w2", "ws2", "z", "b4"], ["wq2"], domain=q, signed=1, narrow=1,
+               rounding_mode="ROUND"),
+             n("Conv", ["a1", "wq2"], ["c2"], pads=[1, 1, 1, 1], group=c),
+             n("Quant", ["c2", "so", "z", "b8"], ["y"], domain=q, signed=1, narrow=0,
+               rounding_mode="ROUND")]
+    g = helper.make_graph(nodes, "pc_act", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 6, 5])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, c, 6, 5])], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13),
+                                               helper.make_opsetid(q, 2)])
+
+
+def test_per_channel_activation_scale_on_an_nchw_frame_equals_qonnx_exactly(tmp_path):
+    """The per-channel scale (1, C, 1, 1) is moved into the channels-last layout with the
+    frame (a per-channel threshold per channel, no Transpose in the circuit: before, the
+    frame went back to NCHW and the scale was a full (C, H, W) constant, refused by the
+    threshold pass); golden == qonnx exactly; gpu-emu bit-exact."""
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    m = _per_channel_act_model()
+    p = _save(m, tmp_path)
+    c = mc.compile(mc.load_onnx(p))
+    assert "Transpose" not in _ops(c.graph), _ops(c.graph)
+    assert "Mul" not in _ops(c.graph)
+    x = np.random.default_rng(6).normal(0, 1.0, size=(4, 3, 6, 5)).astype(np.float32)
+    w = ModelWrapper(m).transform(InferShapes())
+    want = np.stack([execute_onnx(w, {"x": x[i:i + 1]})["y"][0] for i in range(len(x))])
+    got = np.asarray(mc.run(c, x), dtype=np.float64).reshape(want.shape)
+    np.testing.assert_array_equal(np.round(got / 0.0533), np.round(want / np.float32(0.0533)))
+    assert np.unique(np.round(want / np.float32(0.0533))).size > 8
+    np.testing.assert_array_equal(mc.run(c, x, backend="gpu-emu", codes=True),
+                                  mc.run(c, x, codes=True))

@@ -129,7 +129,7 @@ def _reaches_spatial_only(im: ImportState, x: str, readers: dict, outs: set[str]
                 spatial = True
                 continue
             if n.op_type in ("Quant", "BipolarQuant", "Trunc"):
-                if not _uniform(im, [i for i in n.input[1:] if i]):
+                if not all(im.is_const(i) for i in n.input[1:] if i):
                     return False
             elif not (n.domain in ("", "ai.onnx") and n.op_type in _FOLLOW + ("Pad",)):
                 return False
@@ -208,6 +208,8 @@ def layout_consumer(im: ImportState, node: onnx.NodeProto, handle, binary) -> No
         if (std and op in _FOLLOW) or (quant and _uniform(im, ins[1:])):
             handle(node)
             return _mark(im, node, im.cf)
+        if quant and len(acts) == 1 and node.input[0] in im.cf:
+            return _quant_marked(im, node, handle)
         if std and op in ("Add", "Sub", "Mul", "Div") and len(acts) == 2:
             handle(node)
             return _mark(im, node, im.cf)
@@ -291,6 +293,32 @@ def _binary_marked(im: ImportState, node: onnx.NodeProto, binary) -> None:
         raise im.err(node, f"constant {c!r} has rank {cv.ndim}, over the activation's {r + 1}")
     cv = cv.reshape((1,) * (r + 1 - cv.ndim) + cv.shape)
     binary(im, node, cv.transpose([0] + [p + 1 for p in to_cl(r)]))
+    im.cf.add(node.output[0])
+
+
+def _quant_marked(im: ImportState, node: onnx.NodeProto, handle) -> None:
+    """A quantizer with per-channel (or other non-uniform) constant parameters on a marked
+    frame: each such parameter, broadcast as ONNX does against (N, C, *S), transposed into
+    the channels-last layout (brevitas' per-channel activation scales (1, C, 1, 1) become
+    per-channel scales of the last axis)."""
+    x = node.input[0]
+    r = len(act_shape(im, x))
+    n2 = onnx.NodeProto()
+    n2.CopyFrom(node)
+    for k in range(1, len(node.input)):
+        nm = node.input[k]
+        if not nm:
+            continue
+        v = np.asarray(im.const(nm))
+        if v.size == 1:
+            continue
+        if v.ndim > r + 1:
+            raise im.err(node, f"parameter {nm!r} has rank {v.ndim}, over the activation's "
+                         f"{r + 1}")
+        v = v.reshape((1,) * (r + 1 - v.ndim) + v.shape).transpose([0] + [p + 1 for p in
+                                                                         to_cl(r)])
+        n2.input[k] = im.add_const(im.fresh(f"{im.src(nm)}_nhwc"), np.ascontiguousarray(v))
+    handle(n2)
     im.cf.add(node.output[0])
 
 
