@@ -4,7 +4,9 @@ by brevitas' export_qonnx through tests/exporters/zoo.py. 6 to 45 MB each: made 
 tests by the generator in ZOO_PYTHON (torch + brevitas; skipped where absent) into
 ZOO_CACHE (default: a pytest temp folder). Golden == qonnx execution exactly on the codes
 (up to the float32 rounding of the last float Gemm on either side), gpu-emu == golden bit
-for bit, and the compile time is bounded.
+for bit, and the compile time is bounded. ResNet-18 has no input quantizer: its first Conv
+reads the input frame at the compile's fixed-point type (exact on the 8-bit pixels fed here),
+its weight scales factored out as for any other Conv.
 
 The bench's published figures (bench/cnn.py PUBLISHED) are checked for their citations, and
 the bench runs on a small model (default suite)."""
@@ -51,18 +53,8 @@ def _generated(name: str, d: Path) -> Path:
     return p
 
 
-# brevitas_examples' ResNet-18 has no input quantizer: its first Conv reads float pixels, so
-# factor_scales leaves it float and it runs at the default precision (its BatchNorm-folded
-# weights rounded to fixed<16,6>); the first quantizer's codes then differ from qonnx's at
-# ~1 % of the positions. Closing it: factor the weight scales of a Conv on the graph input
-# too (the input's fixed type exact on 8-bit pixels).
-_NO_INPUT_QUANT = pytest.mark.xfail(strict=True, reason="no input quantizer: the first Conv "
-                                    "runs at the default precision, not exactly")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n if n != "resnet18_4w4a" else pytest.param(
-    n, marks=_NO_INPUT_QUANT) for n in sorted(COMPILE_LIMIT)])
+@pytest.mark.parametrize("name", sorted(COMPILE_LIMIT))
 def test_finn_zoo_golden_equals_qonnx_and_gpu_emu_is_exact(name, zoo_dir):
     p = _generated(name, zoo_dir)
     t0 = time.perf_counter()
