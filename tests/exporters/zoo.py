@@ -13,8 +13,10 @@ float files with onnxruntime against torch, QONNX files with qonnx execution aga
     python tests/exporters/zoo.py --out /tmp/zoo --only cnv_1w1a,resnet18_4w4a   # big ones
 
 Needs torch 2.13.0 (CPU), brevitas 0.13.4, qonnx, onnxscript, onnxruntime (tests/exporters/
-README.md). The tests read the committed small files; the big ones are made by `slow` tests
-that skip where torch or brevitas is absent (tests/graphs/test_zoo.py).
+README.md). The tests read the committed small files; the big ones (6 to 45 MB, never
+committed) are made by `slow` tests that skip where torch or brevitas is absent
+(tests/graphs/test_zoo.py, tests/graphs/test_zoo_finn.py: ZOO_PYTHON, ZOO_CACHE). ResNet-18
+goes through brevitas' TorchScript path (QONNX_KW, recorded in its `exporter` field).
 """
 
 from __future__ import annotations
