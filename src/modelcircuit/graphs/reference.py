@@ -47,6 +47,7 @@ from .ops import (
     TransposeAttrs,
     TruncAttrs,
     attrs,
+    window_counts,
 )
 from .threads import golden_threads
 from .types import FixedType, NumType, Rounding
@@ -669,22 +670,29 @@ def max_pool(g: Graph, node: Node, ins: list[Array]) -> Array:
 
 
 def avg_pool(g: Graph, node: Node, ins: list[Array]) -> Array:
-    """Mean over each window, padding counted as zeros (count_include_pad=1). Fixed point:
-    the exact window sum times the constant recip = round(2**F / count) (recip_type, F its
-    fractional bits), one requantization to the output type; float32: sum / count."""
+    """Mean over each window, padding counted as zeros (count_include_pad=1), or with
+    exclude_pad over the window's positions inside the input (ops.window_counts). Fixed
+    point: the exact window sum times the constant recip = round(2**F / count) (recip_type,
+    F its fractional bits; with exclude_pad the table entry of the window's count), one
+    requantization to the output type; float32: sum / count."""
     a = AvgPoolAttrs.of(node)
     out_sp = _out_spatial(g, node)
-    count = int(np.prod(a.kernel))
     fixed = _is_fixed(g, node)
     x = ins[0].astype(np.int64) if fixed else _f32(ins[0])
+    if a.exclude_pad:
+        counts = window_counts(tuple(x.shape[1:-1]), a.kernel, a.strides, a.pads)
+        counts = counts.reshape((1,) + out_sp + (1,))
+    else:
+        counts = np.asarray(int(np.prod(a.kernel)), dtype=np.int64)
     acc = np.zeros((x.shape[0],) + out_sp + (x.shape[-1],), dtype=x.dtype)
     for _, sl in _windows(_pad(x, a.pads, 0), a.kernel, a.strides, out_sp):
         acc += sl
     if not fixed:
-        return _f32(acc / np.float32(count))
+        return _f32(acc / counts.astype(np.float32))
     if a.recip_type is None or len(node.inputs) < 2:
         raise GraphError(f"node {node.name}: AvgPool reciprocal not computed; compile first")
-    recip = int(_const(g, node.inputs[1]).reshape(-1)[0])
+    rc = _const(g, node.inputs[1]).astype(np.int64)
+    recip = rc[counts] if a.exclude_pad else rc.reshape(-1)[0]
     return _finish(g, node, acc * recip, _t(g, node.inputs[0]).frac + a.recip_type.frac)
 
 

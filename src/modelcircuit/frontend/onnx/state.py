@@ -73,6 +73,10 @@ class ImportState:
         self.cf: set[str] = set()
         self.flat_perm: dict[str, np.ndarray] = {}
         self.materialized: dict[str, str] = {}
+        # a channels-first ONNX tensor -> its channels-last IR copy, made once for every
+        # spatial reader (one host reorder of an NCHW input, not one Transpose per reader)
+        self.channels_last: dict[str, str] = {}
+        self.pending_cf: set[str] = set()  # channels-first inputs moved at their first reader
 
     # -- helpers ---------------------------------------------------------------
     def fresh(self, base: str) -> str:

@@ -192,6 +192,9 @@ def _window(lw: _Lowering, node: Node, inst: str) -> None:
         pad, cout = tx.qmin, geo.c
     else:
         a = AvgPoolAttrs.of(node)
+        if a.exclude_pad:
+            raise HdlError(f"{where}: AveragePool with count_include_pad=0 (a divisor per "
+                           "window) has no streamed circuit yet; count_include_pad=1 has")
         if a.recip_type is None or len(node.inputs) < 2:
             raise HdlError(f"{where}: no reciprocal; compile the graph first")
         geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
