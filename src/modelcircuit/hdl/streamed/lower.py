@@ -53,6 +53,7 @@ from ..vector.lower import LOWERING as VECTOR_LOWERING
 from ..vector.lower import Options, lower_node
 from .dense import FlatDense, conv_weights
 from .recurrent import RecurrentUnit, SelectUnit
+from .threshold import ThresholdFold, fold_thresholds
 from .top import INPUT, StreamDesign
 from .units import (
     CollectUnit,
@@ -375,6 +376,24 @@ def _per_pixel(lw: _Lowering, node: Node, inst: str) -> None:
            [i[0] for i in ins], True)
 
 
+def _threshold(lw: _Lowering, node: Node, inst: str) -> None:
+    """Threshold on a pixel stream: from FOLD_MIN_THRESHOLDS thresholds per channel on, the
+    binary search (hdl/streamed/threshold.py), else the comparators per pixel."""
+    g, ins = lw.g, lw.ins(node)
+    thr = np.asarray(g.constants.get(node.inputs[1], np.zeros((0, 0))))
+    c = ins[0][1].elements if len(ins) == 1 else 0
+    if (len(ins) != 1 or not ins[0][2] or thr.ndim != 2 or thr.shape[0] not in (1, c)
+            or not fold_thresholds(thr.shape[1])):
+        _per_pixel(lw, node, inst)
+        return
+    s, tok, _ = ins[0]
+    tout = _t(g, node.outputs[0], node)
+    unit = ThresholdFold(_t(g, node.inputs[0], node), c, thr, g.constants[node.inputs[2]],
+                         g.constants[node.inputs[3]], tout)
+    lw.add(inst, node, MapUnit(unit, [tok], Tok(tout, c, tok.per_frame)), [s], True,
+           kind=f"threshold search, {unit.levels} stages")
+
+
 def _vector(lw: _Lowering, node: Node, inst: str) -> None:
     """A node after a Flatten: the whole-vector lowering (hdl/vector/lower.py), one token
     per frame."""
@@ -405,10 +424,11 @@ STREAM_LOWERING: dict[Op, StreamLower] = {
     Op.DENSE: _flat_dense,
     Op.LSTM: _recurrent, Op.GRU: _recurrent,
     Op.GATHER: _gather,
-    **{op: _per_pixel for op in (Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD,
+    Op.THRESHOLD: _threshold,
+    **{op: _per_pixel for op in (Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR,
                                  Op.ADD, Op.SUB, Op.MUL, Op.LUT, Op.CLIP, Op.TRUNC)},
 }
-PIXEL_OPS = frozenset(op for op, fn in STREAM_LOWERING.items() if fn is _per_pixel)
+PIXEL_OPS = frozenset(op for op, fn in STREAM_LOWERING.items() if fn in (_per_pixel, _threshold))
 STREAM_REFUSED: dict[Op, str] = {
     op: "no streaming circuit on a pixel stream (after a Flatten it runs on the whole vector, "
         "hdl/vector/lower.py)"
