@@ -31,15 +31,17 @@ def _run(u: ThresholdFold, x: np.ndarray) -> np.ndarray:
     tin, tout = u.tin, u.tout
     got: dict[int, int] = {}
 
-    async def bench(ctx) -> None:
+    async def bench(ctx) -> None:  # a start every II cycles, y read `latency` after it
         ctx.set(u.en, 1)
-        for k in range(len(x) + u.latency):
-            ctx.set(u.x0, _pack(x[k], tin.width) if k < len(x) else 0)
-            ctx.set(u.start, int(k < len(x)))
-            await ctx.tick()
-            j = k + 1 - u.latency
-            if 0 <= j < len(x):
+        starts = {k * u.ii: k for k in range(len(x))}
+        for cyc in range(len(x) * u.ii + u.latency + 1):
+            k = starts.get(cyc)
+            ctx.set(u.x0, _pack(x[k], tin.width) if k is not None else 0)
+            ctx.set(u.start, int(k is not None))
+            j = starts.get(cyc - u.latency)
+            if j is not None:
                 got[j] = ctx.get(u.y)
+            await ctx.tick()
 
     sim = Simulator(circuit(u))
     sim.add_clock(1e-8)
@@ -63,8 +65,9 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("lanes", [None, 2])
 @pytest.mark.parametrize("tin,tout,rows,k,kind", CASES)
-def test_search_equals_definition_on_every_code(tin, tout, rows, k, kind) -> None:
+def test_search_equals_definition_on_every_code(tin, tout, rows, k, kind, lanes) -> None:
     ti, to = parse_type(tin), parse_type(tout)
     rng = np.random.default_rng(k)
     n = 3
@@ -81,9 +84,9 @@ def test_search_equals_definition_on_every_code(tin, tout, rows, k, kind) -> Non
     base = rng.integers(-3, 4, size=(rows,))
     codes = np.arange(ti.qmin, ti.qmax + 1)
     x = np.stack([np.roll(codes, 17 * c) for c in range(n)], axis=1)
-    u = ThresholdFold(ti, n, thr, steps, base, to)
-    assert u.levels == max(1, int(np.ceil(np.log2(k + 1)))) or u.levels < 8
-    assert u.latency == u.levels + 1 and u.ii == 1
+    u = ThresholdFold(ti, n, thr, steps, base, to, lanes)
+    assert u.ii == (1 if lanes is None else 2)  # 3 channels on 2 lanes: 2 steps a pixel
+    assert u.latency == u.levels + u.ii + 2 + (0 if u.affine else 1)
     want = _definition(x, thr, steps, base)
     w = to.width  # the circuit keeps W bits, as the plain threshold circuit does
     want = ((want & ((1 << w) - 1)) ^ (1 << (w - 1) if to.signed else 0)) - (
@@ -101,8 +104,9 @@ def test_a_wrong_key_is_seen() -> None:
     row = u.chan[0]
     keys = list(row.keys)
     keys[100] += 1
-    u.chan[0] = type(row)(tuple(keys), row.values)
+    u.chan[0] = type(row)(tuple(keys), row.values, row.lo, row.hi, row.m)
     x = np.arange(256).reshape(-1, 1)
+    assert u.levels == 8 and u.affine
     got = _run(u, x)
     want = _definition(x, thr, np.ones_like(thr), np.zeros(1, np.int64))
     assert int((got != want).sum()) == 1

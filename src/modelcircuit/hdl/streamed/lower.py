@@ -52,6 +52,7 @@ from ..units.elementwise import Elementwise
 from ..vector.lower import LOWERING as VECTOR_LOWERING
 from ..vector.lower import Options, lower_node
 from .dense import FlatDense, conv_weights
+from .depthwise import depthwise_unit, is_depthwise
 from .recurrent import RecurrentUnit, SelectUnit
 from .threshold import ThresholdFold, fold_thresholds
 from .top import INPUT, StreamDesign
@@ -177,8 +178,18 @@ def _window(lw: _Lowering, node: Node, inst: str) -> None:
         w = np.asarray(g.constants[node.inputs[1]], dtype=np.int64)
         geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
         w4 = w.reshape((1,) + w.shape) if w.ndim == 3 else w
-        wd = conv_weights(w4, a.group)
         bn = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+        if is_depthwise(w4, a.group, geo.c):  # one MAC lane per channel (depthwise.py)
+            r = int(opt.reuse.get(node.name, 1))
+            unit = depthwise_unit(geo, tok, w4, _t(g, node.inputs[1], node),
+                                  None if bn is None else np.asarray(g.constants[bn]),
+                                  None if bn is None else _t(g, bn, node), tout, a.acc,
+                                  a.relu, r, opt.adder_levels, opt.schedule,
+                                  opt.strategy if isinstance(opt.strategy, str)
+                                  else opt.strategy.get(node.name, "mult"))
+            lw.add(inst, node, unit, [s], True, reuse=r, kind="depthwise")
+            return
+        wd = conv_weights(w4, a.group)
         inner: Any = Dense(tx, wd, _t(g, node.inputs[1], node),
                            None if bn is None else np.asarray(g.constants[bn]),
                            None if bn is None else _t(g, bn, node), tout, a.acc,
@@ -388,10 +399,14 @@ def _threshold(lw: _Lowering, node: Node, inst: str) -> None:
         return
     s, tok, _ = ins[0]
     tout = _t(g, node.outputs[0], node)
+    # as many cycles per pixel as the busiest unit before it takes (the frame time is at
+    # least that): its channels on that many fewer lanes
+    per = max(1, tok.per_frame)
+    budget = max([u.busy() for _, u, _ in lw.d.units] + [per]) // per
     unit = ThresholdFold(_t(g, node.inputs[0], node), c, thr, g.constants[node.inputs[2]],
-                         g.constants[node.inputs[3]], tout)
+                         g.constants[node.inputs[3]], tout, -(-c // max(1, budget)))
     lw.add(inst, node, MapUnit(unit, [tok], Tok(tout, c, tok.per_frame)), [s], True,
-           kind=f"threshold search, {unit.levels} stages")
+           kind=f"threshold search, {unit.levels} stages, {unit.lanes} lanes")
 
 
 def _vector(lw: _Lowering, node: Node, inst: str) -> None:
@@ -428,7 +443,8 @@ STREAM_LOWERING: dict[Op, StreamLower] = {
     **{op: _per_pixel for op in (Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR,
                                  Op.ADD, Op.SUB, Op.MUL, Op.LUT, Op.CLIP, Op.TRUNC)},
 }
-PIXEL_OPS = frozenset(op for op, fn in STREAM_LOWERING.items() if fn in (_per_pixel, _threshold))
+PIXEL_OPS = frozenset(op for op, fn in STREAM_LOWERING.items()
+                      if fn in (_per_pixel, _threshold))
 STREAM_REFUSED: dict[Op, str] = {
     op: "no streaming circuit on a pixel stream (after a Flatten it runs on the whole vector, "
         "hdl/vector/lower.py)"

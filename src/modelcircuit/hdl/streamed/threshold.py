@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from amaranth.hdl import Const, Module, Value, signed, unsigned
+from amaranth.hdl import Array, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib.memory import Memory
 
 from ...graphs.types import FixedType
@@ -45,16 +45,21 @@ def fold_thresholds(k: int) -> bool:
 
 @dataclass(frozen=True)
 class ChannelSearch:
-    """One channel's compile-time search: padded thresholds (2**levels - 1) and values V."""
+    """One channel's compile-time search: keys relative to `lo` (its least key), padded to
+    2**levels - 1 with `hi` + 1 (the clamp's top + 1: never counted), and values V (padded
+    with the last)."""
 
     keys: tuple[int, ...]
-    values: tuple[int, ...]  # V[j], j = 0 .. 2**levels - 1 (padded with the last)
+    values: tuple[int, ...]
+    lo: int
+    hi: int  # the clamp's top: the largest real key, relative to lo
+    m: int  # real keys
 
     def step(self) -> int | None:
-        """s when V[j] = V[0] + s * j for every j up to the last real key, else None."""
+        """s when V[j] = V[0] + s * j for every reachable j (up to m), else None."""
         v = self.values
-        s = v[1] - v[0] if len(v) > 1 else 0
-        return s if all(v[j] == v[0] + s * j for j in range(len(v))) else None
+        s = v[1] - v[0] if self.m else 0
+        return s if all(v[j] == v[0] + s * j for j in range(self.m + 1)) else None
 
 
 def channel_search(thr: np.ndarray, steps: np.ndarray, base: int, qmin: int, qmax: int
@@ -64,14 +69,12 @@ def channel_search(thr: np.ndarray, steps: np.ndarray, base: int, qmin: int, qma
     thr = np.asarray(thr, dtype=np.int64).reshape(-1)
     steps = np.broadcast_to(np.asarray(steps, dtype=np.int64), thr.shape).reshape(-1)
     v0 = int(base) + int(steps[thr <= qmin].sum())
-    keys, vals = [], [v0]
     inside = (thr > qmin) & (thr <= qmax)
-    for u in np.unique(thr[inside]):
-        v = vals[-1] + int(steps[thr == u].sum())
-        if v != vals[-1]:
-            keys.append(int(u))
-            vals.append(v)
-    return keys, vals
+    u, inv = np.unique(thr[inside], return_inverse=True)
+    per = np.zeros(len(u), dtype=np.int64)
+    np.add.at(per, inv.reshape(-1), steps[inside])
+    nz = per != 0  # a key whose steps cancel changes nothing
+    return [int(k) for k in u[nz]], [v0] + [v0 + int(v) for v in np.cumsum(per)[nz]]
 
 
 def search_levels(m: int) -> int:
@@ -87,10 +90,11 @@ def _wrap(v: int, t: FixedType) -> int:
 
 class ThresholdFold(Unit):
     """MultiThreshold by binary search over n channels (one pixel per start): thr (rows, K)
-    with rows 1 (every channel) or n, steps broadcast to thr, base (rows,) or one value."""
+    with rows 1 (every channel) or n, steps broadcast to thr, base (rows,) or one value;
+    `lanes` channels at a time (module docstring)."""
 
     def __init__(self, tin: FixedType, n: int, thr: np.ndarray, steps: np.ndarray,
-                 base: np.ndarray, tout: FixedType):
+                 base: np.ndarray, tout: FixedType, lanes: int | None = None):
         super().__init__([(tin, n)], (tout, n))
         thr = np.asarray(thr, dtype=np.int64)
         thr = thr.reshape(1, -1) if thr.ndim < 2 else thr.reshape(thr.shape[0], -1)
@@ -100,65 +104,136 @@ class ThresholdFold(Unit):
         rows = thr.shape[0]
         per_row = [channel_search(thr[r], st[r], int(b[r] if b.size > 1 else b[0]),
                                   tin.qmin, tin.qmax) for r in range(rows)]
-        self.levels = max(search_levels(len(k)) for k, _ in per_row)
+        self.levels = max(1, max(search_levels(len(k)) for k, _ in per_row))
         size = (1 << self.levels) - 1
-        never = tin.qmax + 1
         self.rows = []
         for keys, vals in per_row:
-            pk = tuple(keys + [never] * (size - len(keys)))
+            lo = keys[0] if keys else 0
+            hi = keys[-1] - lo if keys else 0
+            pk = tuple([k - lo for k in keys] + [hi + 1] * (size - len(keys)))
             pv = tuple(vals + [vals[-1]] * (size + 1 - len(vals)))
-            self.rows.append(ChannelSearch(pk, pv))
+            self.rows.append(ChannelSearch(pk, pv, lo, hi, len(keys)))
         self.chan = [self.rows[c if rows > 1 else 0] for c in range(n)]
         self.tin, self.tout, self.n = tin, tout, n
-        self.key_shape = signed(tin.width + 1) if tin.signed else unsigned(tin.width + 1)
-        self.latency = self.levels + 1
-        self.ii = 1
+        self.lanes = max(1, min(n, int(lanes or n)))
+        self.steps_ = -(-n // self.lanes)  # cycles per pixel
+        self.key_width = max(1, max(r.hi + 1 for r in self.rows).bit_length())
+        self.affine = all(r.step() is not None for r in self.chan)
+        self.ii = self.steps_
+        self.latency = self.levels + self.steps_ + 2 + (0 if self.affine else 1)
         self.thresholds = int(thr.shape[1])
 
     def comparators(self) -> int:
-        return self.n * self.levels
+        return self.lanes * self.levels
 
-    def rom_bits(self) -> int:
-        """Key ROM bits (levels >= 1 beyond the first, a constant) and value ROMs."""
-        kb = self.n * ((1 << self.levels) - 1 - min(1, self.levels)) * (self.tin.width + 1)
-        vb = sum(len(r.values) * self.tout.width for r in self.chan if r.step() is None)
-        return kb + vb
+    def memories(self) -> list[tuple[int, int]]:
+        """(width, depth) of every ROM: per lane, the keys of each stage (and the values
+        unless affine)."""
+        out = [(self.key_width, self.steps_ << s) for s in range(self.levels)] * self.lanes
+        if not self.affine:
+            out += [(self.tout.width, self.steps_ << self.levels)] * self.lanes
+        return out
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "kind": "threshold search", "levels": self.levels,
-                "thresholds": self.thresholds, "comparators": self.comparators()}
+                "lanes": self.lanes, "thresholds": self.thresholds,
+                "comparators": self.comparators()}
 
-    def _lookup(self, m: Module, name: str, table: list[int], shape: object, idx: Value
-                ) -> Value:
-        if len(table) == 1 or len(set(table)) == 1:
-            return Const(table[0], shape)
-        mem = Memory(shape=shape, depth=len(table), init=table)
-        m.submodules[name] = mem
-        rp = mem.read_port(domain="comb")
-        m.d.comb += rp.addr.eq(idx)
-        return rp.data
+    def _ch(self, j: int, p: int) -> ChannelSearch | None:
+        c = j * self.lanes + p
+        return self.chan[c] if c < self.n else None
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        L, xs, ys = self.levels, self.inputs(), []
-        for c, (x, row) in enumerate(zip(xs, self.chan, strict=True)):
-            pos: Value = Const(0, max(1, L))
+        en, L, P, n, t = self.en, self.levels, self.lanes, self.steps_, self.tin
+        kw = self.key_width
+        xs = self.inputs()
+        # the pixel, held while its n steps run
+        hold = [Signal(shape_of(t), name=f"h{c}", reset_less=True) for c in range(self.n)]
+        run = Signal(name="run")
+        j = Signal(range(max(2, n)), name="j")
+        with m.If(en):
+            with m.If(self.start):
+                m.d.sync += [h.eq(x) for h, x in zip(hold, xs, strict=True)]
+                m.d.sync += [run.eq(1), j.eq(0)]
+            with m.Elif(run):
+                m.d.sync += j.eq(j + 1)
+                with m.If(j == n - 1):
+                    m.d.sync += run.eq(0)
+
+        def pick(vals: list[int | Value], idx: Value) -> Value:
+            return Array(vals)[idx] if len(vals) > 1 else Value.cast(vals[0])
+
+        ys_last: list[tuple[Value, Value]] = []  # per lane: (value, step index)
+        collect = [Signal(shape_of(self.tout), name=f"c{c}", reset_less=True)
+                   for c in range(self.n)]
+        done_v: Value | None = None
+        done_j: Value | None = None
+        for p in range(P):
+            chans = [self._ch(jj, p) for jj in range(n)]
+            xv = pick([hold[jj * P + p] if chans[jj] else 0 for jj in range(n)], j)
+            lo = pick([c.lo if c else 0 for c in chans], j)
+            hi = pick([c.hi if c else 0 for c in chans], j)
+            d = Signal(signed(max(t.width, kw) + 3), name=f"d{p}")
+            m.d.comb += d.eq(xv - lo)
+            xc = Mux(d < -1, -1, Mux(d > hi, hi, d))
+            x1, j1, v1 = self.regs(m, [fit(xc, kw + 1, True), j, run], f"sel{p}_",
+                                   [signed(kw + 1), j.shape(), 1])
+            xq: Value = x1
+            jq: Value = j1
+            vq: Value = v1
+            pos: Value = Const(0, L)
             for s in range(L):
                 b = L - 1 - s
-                level = [row.keys[(j << (b + 1)) + (1 << b) - 1] for j in range(1 << s)]
-                t = self._lookup(m, f"k{c}_{s}", level, self.key_shape,
-                                 pos[b + 1:] if s else Const(0, 1))
-                nxt = fit(pos | ((x >= t) << b), L, False)
-                pos, x = self.regs(m, [nxt, x], f"s{s}_c{c}_")
-            step = row.step()
-            if step is not None:
-                y = row.values[0] + pos * step if L else Const(row.values[0])
+                words = []
+                for jj in range(n):
+                    c = chans[jj]
+                    for i in range(1 << s):
+                        words.append(c.keys[(i << (b + 1)) + (1 << b) - 1] if c else 0)
+                xd, pd, jd, vd = self.regs(m, [xq, pos, jq, vq], f"st{p}_{s}_",
+                                           [signed(kw + 1), unsigned(L), j.shape(), 1])
+                if len(set(words)) == 1:
+                    key: Value = Const(words[0], unsigned(kw))
+                else:
+                    mem = Memory(shape=unsigned(kw), depth=len(words), init=words)
+                    m.submodules[f"k{p}_{s}"] = mem
+                    rp = mem.read_port(domain="sync")
+                    addr = (jq << s) | (pos >> (b + 1)) if s else jq
+                    m.d.comb += [rp.addr.eq(addr), rp.en.eq(en)]
+                    key = rp.data
+                pos = fit(pd | ((xd >= key) << b), L, False)
+                xq, jq, vq = xd, jd, vd
+            if self.affine:
+                v0 = pick([c.values[0] if c else 0 for c in chans], jq)
+                sv = pick([c.step() or 0 if c else 0 for c in chans], jq)
+                y: Value = v0 + pos * sv
             else:
-                t_ = self.tout
-                y = self._lookup(m, f"v{c}", [_wrap(v, t_) for v in row.values],
-                                 shape_of(t_), pos)
-            ys.append(y)
-        self.out_regs(m, ys)
+                words = [_wrap(c.values[i] if c else 0, self.tout)
+                         for c in chans for i in range(1 << L)]
+                mem = Memory(shape=shape_of(self.tout), depth=len(words), init=words)
+                m.submodules[f"v{p}"] = mem
+                rp = mem.read_port(domain="sync")
+                m.d.comb += [rp.addr.eq((jq << L) | pos), rp.en.eq(en)]
+                jq, vq = self.regs(m, [jq, vq], f"vl{p}_", [j.shape(), 1])
+                y = rp.data
+            ys_last.append((fit(y, self.tout.width, self.tout.signed), jq))
+            done_v, done_j = vq, jq
+        # collect the lanes' values; the last step's go straight into the output register
+        out = [Signal(shape_of(self.tout), name=f"y{c}", reset_less=True) for c in range(self.n)]
+        assert done_v is not None and done_j is not None
+        with m.If(en & done_v):
+            with m.Switch(done_j):
+                for jj in range(n):
+                    with m.Case(jj):
+                        for p, (y, _) in enumerate(ys_last):
+                            c = jj * P + p
+                            if c < self.n:
+                                m.d.sync += collect[c].eq(y)
+                                if jj == n - 1:
+                                    m.d.sync += out[c].eq(y)
+                        if jj == n - 1:
+                            m.d.sync += [out[c].eq(collect[c]) for c in range((n - 1) * P)]
+        self.drive_y(m, out)
         return m
 
 
