@@ -125,6 +125,12 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
                     "sx": bool(getattr(tx, "signed", True)),
                     "ww": _width(g, n.inputs[1]), "wo": _width(g, n.outputs[0]),
                     "acc": accw + 1})
+        if n.op == Op.CONV:  # depthwise: one lane per channel (threshold_cost.py)
+            from .threshold_cost import depthwise_shape
+
+            dw = depthwise_shape(compiled, n)
+            if dw is not None:
+                out[-1]["depthwise"] = dw
     return out
 
 
@@ -195,6 +201,10 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
     at R = 1, as an adder graph ("da")."""
     if layer.get("flat"):
         return flat_cost(layer, r)
+    if layer.get("depthwise"):
+        from .threshold_cost import depthwise_cost
+
+        return depthwise_cost(layer, r, lean, strategy)
     if r == 1 and strategy == "da":
         return da_cost(layer)
     if r == 1:
