@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from amaranth.hdl import Array, Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib.memory import Memory
 
 from ...graphs.types import FixedType
 from ..units.arith import fit, shape_of
 from ..units.base import Unit
+from ..units.rom_text import rom
 
 # from this many thresholds per channel on, the search (L stages) replaces the comparators
 FOLD_MIN_THRESHOLDS = 16
@@ -161,8 +161,16 @@ class ThresholdFold(Unit):
                 with m.If(j == n - 1):
                     m.d.sync += run.eq(0)
 
-        def pick(vals: list[int | Value], idx: Value) -> Value:
-            return Array(vals)[idx] if len(vals) > 1 else Value.cast(vals[0])
+        def pick(vals: list[int | Value], idx: Value, name: str) -> Value:
+            """vals[idx] as a signal of its own (an Array proxy in arithmetic with another
+            would expand to every pair of their elements)."""
+            if len(vals) == 1 or all(isinstance(v, int) and v == vals[0] for v in vals):
+                return Value.cast(vals[0])
+            vv = [Value.cast(v) for v in vals]
+            sh = signed(max(len(v) + (0 if v.shape().signed else 1) for v in vv))
+            sig = Signal(sh, name=name)
+            m.d.comb += sig.eq(Array(vv)[idx])
+            return sig
 
         ys_last: list[tuple[Value, Value]] = []  # per lane: (value, step index)
         collect = [Signal(shape_of(self.tout), name=f"c{c}", reset_less=True)
@@ -171,9 +179,9 @@ class ThresholdFold(Unit):
         done_j: Value | None = None
         for p in range(P):
             chans = [self._ch(jj, p) for jj in range(n)]
-            xv = pick([hold[jj * P + p] if chans[jj] else 0 for jj in range(n)], j)
-            lo = pick([c.lo if c else 0 for c in chans], j)
-            hi = pick([c.hi if c else 0 for c in chans], j)
+            xv = pick([hold[jj * P + p] if chans[jj] else 0 for jj in range(n)], j, f"x{p}")
+            lo = pick([c.lo if c else 0 for c in chans], j, f"lo{p}")
+            hi = pick([c.hi if c else 0 for c in chans], j, f"hi{p}")
             d = Signal(signed(max(t.width, kw) + 3), name=f"d{p}")
             m.d.comb += d.eq(xv - lo)
             xc = Mux(d < -1, -1, Mux(d > hi, hi, d))
@@ -195,27 +203,19 @@ class ThresholdFold(Unit):
                 if len(set(words)) == 1:
                     key: Value = Const(words[0], unsigned(kw))
                 else:
-                    mem = Memory(shape=unsigned(kw), depth=len(words), init=words)
-                    m.submodules[f"k{p}_{s}"] = mem
-                    rp = mem.read_port(domain="sync")
                     addr = (jq << s) | (pos >> (b + 1)) if s else jq
-                    m.d.comb += [rp.addr.eq(addr), rp.en.eq(en)]
-                    key = rp.data
+                    key = rom(m, f"k{p}_{s}", unsigned(kw), words, addr, en)
                 pos = fit(pd | ((xd >= key) << b), L, False)
                 xq, jq, vq = xd, jd, vd
             if self.affine:
-                v0 = pick([c.values[0] if c else 0 for c in chans], jq)
-                sv = pick([c.step() or 0 if c else 0 for c in chans], jq)
+                v0 = pick([c.values[0] if c else 0 for c in chans], jq, f"v0_{p}")
+                sv = pick([c.step() or 0 if c else 0 for c in chans], jq, f"sv{p}")
                 y: Value = v0 + pos * sv
             else:
                 words = [_wrap(c.values[i] if c else 0, self.tout)
                          for c in chans for i in range(1 << L)]
-                mem = Memory(shape=shape_of(self.tout), depth=len(words), init=words)
-                m.submodules[f"v{p}"] = mem
-                rp = mem.read_port(domain="sync")
-                m.d.comb += [rp.addr.eq((jq << L) | pos), rp.en.eq(en)]
+                y = rom(m, f"v{p}", shape_of(self.tout), words, (jq << L) | pos, en)
                 jq, vq = self.regs(m, [jq, vq], f"vl{p}_", [j.shape(), 1])
-                y = rp.data
             ys_last.append((fit(y, self.tout.width, self.tout.signed), jq))
             done_v, done_j = vq, jq
         # collect the lanes' values; the last step's go straight into the output register
