@@ -4,9 +4,12 @@ AvgPool, Resize: graphs/ops.py SPATIAL).
 Every channels-last activation ((L, C) or (H, W, C)) is a pixel stream: one token of C codes
 per spatial position, raster order (cnn_ir.md, "Streaming"). Per node:
 - Conv -> `WindowUnit` with a `Dense` (hdl/units/dense.py) over the kh*kw*Cin window, its
-  weights block-diagonal for group > 1 (depthwise: one input channel per output channel;
-  zero weights cost nothing at reuse 1); reuse from the plan (parallel over the output
-  channels, folded over the window's inputs);
+  weights block-diagonal for 1 < group < Cin; reuse from the plan (parallel over the output
+  channels, folded over the window's inputs); a depthwise Conv (group = Cin) -> one Dense
+  lane per channel, or, over the whole frame, an accumulator per channel
+  (hdl/streamed/depthwise.py);
+- Threshold with many thresholds per channel -> a binary search on lanes
+  (hdl/streamed/threshold.py); with few, the comparators per pixel as below;
 - MaxPool / AvgPool -> `WindowUnit` with `WindowMax` / `WindowAvg`;
 - Resize -> `ResizeUnit` (+ a requantization if the output type differs);
 - Concat on the last axis -> a per-pixel join (each part requantized to the output type);
