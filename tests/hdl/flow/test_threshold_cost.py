@@ -35,3 +35,26 @@ def test_rom_figures_match_the_unit() -> None:
     assert [d for _, d in mems] == [16 << s for s in range(8)]
     big = sum(1 for _, d in mems if d >= BRAM_MIN_DEPTH)
     assert threshold_cost(lay, 16, "ecp5").bram >= big
+
+
+def test_depthwise_layers_cost_one_lane_per_channel() -> None:
+    """DS-CNN's four 3x3 depthwise Convs and its frame-wide one (the average pool) are
+    costed as lanes: at reuse 3, ceil(9 / 3) products per channel at most, where the
+    block-diagonal Dense over the 576-input window would fold 64 x 576 weights."""
+    from pathlib import Path
+
+    import modelcircuit as mc
+    from modelcircuit.api import compile
+    from modelcircuit.hdl.flow.estimate import dense_layers, layer_cost
+
+    zoo = Path(__file__).resolve().parents[2] / "data" / "exporters" / "zoo"
+    c = compile(mc.load_onnx(str(zoo / "dscnn_q8.onnx")))
+    dw = [lay for lay in dense_layers(c) if lay.get("depthwise")]
+    assert [lay["depthwise"][2] for lay in dw] == [False] * 4 + [True]
+    for lay in dw[:4]:
+        lay["bram_geom"] = (36, 512)
+        assert lay["depthwise"][:2] == (9, 64)
+        assert layer_cost(lay, 3).multipliers <= 64 * 3
+        assert layer_cost(lay, 3).reuse == 3
+    glob = layer_cost(dw[4], 1)
+    assert glob.multipliers == 64 and glob.latency_extra == 4

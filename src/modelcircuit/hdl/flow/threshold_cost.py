@@ -1,6 +1,6 @@
-"""The estimate of the streamed Threshold units (hdl/streamed/threshold.py) and of the
-depthwise Conv units (hdl/streamed/depthwise.py), for `--reuse auto` (stream_fit.py) and
-the per-layer costs.
+"""The estimate of the streamed Threshold units (hdl/streamed/threshold.py), for `--reuse
+auto` (stream_fit.py) and the per-layer costs (the depthwise Conv units'
+(hdl/streamed/depthwise.py) are estimate.py `depthwise_cost`).
 
 A folded Threshold at a frame budget of T cycles runs its C channels on
 P = ceil(C / (T // pixels)) lanes (the lowering takes the busiest unit before it, at most
@@ -9,9 +9,6 @@ selection (a ceil(C/P):1 mux of the input width), the clamp, and L pipeline regi
 channel the held input and two output registers; the key ROMs (per lane and stage ceil(C/P)
 * 2**s words) in block RAM from BRAM_MIN_DEPTH words on, else LUT ROM (16 words a LUT4 per
 bit). A Threshold of few thresholds is the plain comparators per pixel: C*K comparators.
-
-A depthwise Conv at reuse R is C lanes of a (kh*kw, 1) Dense at R (estimate.layer_cost of
-one lane, times C); a global one (the window is the frame) C multipliers and accumulators.
 """
 
 from __future__ import annotations
@@ -21,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from ...graphs.compiled import CompiledGraph
-from ...graphs.ops import ConvAttrs, Op
+from ...graphs.ops import Op
 from ..streamed.threshold import channel_search, fold_thresholds, search_levels
-from .estimate import LayerCost, bram_tiles, layer_cost
+from .estimate import LayerCost, bram_tiles
 
 BRAM_MIN_DEPTH = 64  # a ROM this deep or deeper goes to block RAM (yosys memory_libmap)
 
@@ -89,55 +86,4 @@ def threshold_costs(layers: list[dict[str, Any]], t: int, family_name: str,
     return [threshold_cost(lay, t, family_name, geom) for lay in layers]
 
 
-def depthwise_shape(compiled: CompiledGraph, node: Any) -> tuple[int, int, bool] | None:
-    """(kh*kw, Cout, global) of a depthwise Conv on a pixel stream, else None."""
-    if node.op != Op.CONV:
-        return None
-    g = compiled.graph
-    a = ConvAttrs.of(node)
-    w = np.asarray(g.constants.get(node.inputs[1], np.zeros((0,))))
-    shp = g.tensor(g.activations(node)[0]).shape
-    if w.ndim < 3 or not (int(a.group) > 1 and int(a.group) == int(shp[-1])
-                          and w.shape[-2] == 1):
-        return None
-    kk = int(np.prod(w.shape[:-2]))
-    return kk, int(w.shape[-1]), tuple(a.kernel) == tuple(shp[:-1]) and not any(a.pads)
-
-
-def depthwise_cost(layer: dict[str, Any], r: int, lean: bool = False,
-                   strategy: str = "mult") -> LayerCost:
-    """A dense_layers entry with "depthwise" = (taps, Cout, global) at reuse r."""
-    kk, cout, glob = layer["depthwise"]
-    if glob:  # per channel one product (ROM coefficient or constant) and one accumulator
-        wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
-        return LayerCost(layer["node"], 2, cout, int(cout * (acc + 2 * wo)),
-                         max(1, wx * ww // 2), int(cout * (wx + 2 * acc + wo)), 4,
-                         lut_per_mul_min=max(1, wx * ww // 2))
-    memo = layer.setdefault("_depthwise_costs", {})
-    key = (max(1, min(r, kk)), lean, strategy)
-    if key not in memo:
-        memo[key] = _lanes_cost(layer, kk, cout, *key)
-    return memo[key]
-
-
-def _lanes_cost(layer: dict[str, Any], kk: int, cout: int, r: int, lean: bool,
-                strategy: str) -> LayerCost:
-    w = layer["w"]
-    cin = w.shape[0] // kk
-    mult = cout // max(1, cin)
-    costs = []
-    for o in range(cout):
-        lane = dict(layer, w=w[np.arange(kk) * cin + o // mult, o].reshape(kk, 1),
-                    node=layer["node"])
-        lane.pop("depthwise")
-        lane.pop("_depthwise_costs", None)
-        costs.append(layer_cost(lane, r, lean, strategy))
-    c0 = costs[0]
-    return LayerCost(layer["node"], c0.reuse, sum(c.multipliers for c in costs),
-                     sum(c.lut for c in costs), c0.lut_per_mul, sum(c.ff for c in costs),
-                     max(c.latency_extra for c in costs), sum(c.bram for c in costs),
-                     c0.soft, c0.lut_per_mul_min)
-
-
-__all__ = ["depthwise_cost", "depthwise_shape", "threshold_cost", "threshold_costs",
-           "threshold_layers"]
+__all__ = ["threshold_cost", "threshold_costs", "threshold_layers"]
