@@ -47,6 +47,8 @@ def test_depthwise_units_are_planned(dwnet) -> None:
     assert lay["dw2"]["kind"] == "global depthwise" and lay["dw2"]["rom"]["depth"] == 20
 
 
+@pytest.mark.slow  # one Verilator build: ~40 s (the R = 1 depthwise lanes are in
+# test_stream.py's fast 2-D net)
 def test_depthwise_bit_exact(dwnet, tmp_path) -> None:
     t = dwnet.graph.tensor(dwnet.graph.inputs[0])
     x = np.random.default_rng(1).integers(t.dtype.qmin, t.dtype.qmax + 1, (6, *t.shape))
