@@ -42,12 +42,13 @@ from .threads import golden_threads
 from .types import FixedType, NumType, Overflow, Rounding
 
 Array = np.ndarray
-# work arrays larger than this are not kept between calls (memory stays bounded; a fresh
-# large array's page faults are a small part of the work that fills it)
-KEEP_BYTES = 32 << 20
+# work arrays kept between calls, per plan, thread and batch size: at most this many bytes
+# (memory stays bounded; beyond it arrays are fresh each call, and for work that large their
+# page faults are a small part of the time)
+KEEP_BYTES = 64 << 20
 # batch sizes whose work arrays are kept per plan and thread (a data set run in chunks has
-# two: the chunk and the last, shorter one)
-KEEP_BATCHES = 2
+# two: the chunk and the last, shorter one; a server's batch buckets a few)
+KEEP_BATCHES = 4
 # float64 holds every integer, and every multiple of 1/2, under this exactly
 _EXACT64 = 1 << 53
 
@@ -79,6 +80,7 @@ class _Work:
 
     def __init__(self) -> None:
         self.arrays: dict[Any, Array] = {}
+        self.kept = 0  # bytes
 
     def get(self, key: Any, shape: tuple[int, ...], dtype: Any) -> Array:
         dtype = np.dtype(dtype)
@@ -86,7 +88,9 @@ class _Work:
         if a is not None and a.shape == shape and a.dtype == dtype:
             return a
         a = np.empty(shape, dtype=dtype)
-        if a.nbytes <= KEEP_BYTES:
+        if self.kept + a.nbytes <= KEEP_BYTES:
+            old = self.arrays.get(key)
+            self.kept += a.nbytes - (0 if old is None else old.nbytes)
             self.arrays[key] = a
         return a
 
