@@ -341,14 +341,16 @@ class Plan:
                 continue
             # all finite <=> the float64 sum is finite (float32 values cannot overflow it;
             # a float64 sum that does is checked element by element)
-            if not np.isfinite(x.sum(dtype=np.float64)) and not np.isfinite(x).all():
-                raise ValueError("cannot quantize NaN or Inf")
+            with np.errstate(over="ignore", invalid="ignore"):
+                if not np.isfinite(x.sum(dtype=np.float64)) and not np.isfinite(x).all():
+                    raise ValueError("cannot quantize NaN or Inf")
             work = self._work(x.shape[0])
             dt = np.float32 if (x.dtype == np.float32 and t.width <= 24 and t.frac >= 0
                                 and "quantize32" not in FORCE) or (
                 "quantize32" in FORCE and x.dtype == np.float32) else np.float64
             y = work.get(("q", name), x.shape, dt)
-            np.multiply(x, dt(2.0 ** t.frac), out=y)  # exact, as np.ldexp
+            with np.errstate(over="ignore"):  # float32 beyond its range: inf, clipped to qmax
+                np.multiply(x, dt(2.0 ** t.frac), out=y)  # exact, as np.ldexp
             r = work.get(("q", name, "r"), x.shape, dt)
             if t.rounding == Rounding.RND_CONV:
                 np.rint(y, out=r)  # half to even, as np.round
