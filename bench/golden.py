@@ -9,7 +9,8 @@ residual stacks, ~12.5 M multiply-adds). Each at fixed<16,6> (float64 GEMMs: 16-
 products summed over the fan-in pass 2**24) and fixed<8,3> (float32 GEMMs).
 
 golden = modelcircuit.run(compiled, x) (float in, float out: quantize, layers, decode), one call
-per batch; onnxruntime = the float32 model, one intra-op thread, the same batch in one call.
+per batch (the prepared plan, graphs/golden_plan.py); interpreter = the same through
+reference.execute, node by node (what mc.run did before the plan; idle only); onnxruntime = the float32 model, one intra-op thread, the same batch in one call.
 Each is timed as the median of repeated calls (a shared machine: the median, not the best,
 says what a user sees), idle and beside a competing process started by this script (a second
 golden loop, `--compete`, with the process's default BLAS threads), in alternating rounds
@@ -40,7 +41,7 @@ from benchio import write_json
 from onnx import TensorProto, helper, numpy_helper
 
 import modelcircuit as mc
-from modelcircuit.graphs import host
+from modelcircuit.graphs import host, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT.parent / "shared" / "models"
@@ -174,7 +175,8 @@ def measure(cases, seconds: float, competitor: subprocess.Popen | None
     for key, (c, sess, x) in cases.items():
         name = sess.get_inputs()[0].name
         fns = {"golden_s": lambda c=c, x=x: mc.run(c, x),
-               "ort_s": lambda s=sess, n=name, x=x: s.run(None, {n: x})}
+               "ort_s": lambda s=sess, n=name, x=x: s.run(None, {n: x}),
+               "interp_s": lambda c=c, x=x: interpreter(c, x)}
         times: dict = {ph: {k: [] for k in fns} for ph in ("idle", "busy")}
         for _ in range(rounds):
             for ph in ("idle", "busy") if competitor else ("idle",):
@@ -182,13 +184,22 @@ def measure(cases, seconds: float, competitor: subprocess.Popen | None
                     competitor.send_signal(signal.SIGCONT if ph == "busy" else signal.SIGSTOP)
                     time.sleep(0.05)
                 for k, fn in fns.items():
+                    if k == "interp_s" and ph == "busy":
+                        continue
                     times[ph][k].extend(call_times(fn, seconds / rounds))
         idle[key] = {k: statistics.median(v) for k, v in times["idle"].items()}
         if competitor:
-            busy[key] = {k: statistics.median(v) for k, v in times["busy"].items()}
+            busy[key] = {k: statistics.median(v) for k, v in times["busy"].items() if v}
     if competitor:
         competitor.send_signal(signal.SIGCONT)
     return idle, busy
+
+
+def interpreter(c, x: np.ndarray) -> np.ndarray:
+    """mc.run's golden path through reference.execute (the interpreter) instead of the plan."""
+    g = c.graph
+    out = reference.execute(g, [host.encode(c, x)], inputs_are_codes=True)[g.outputs[0]]
+    return host.decode(c, out)
 
 
 def compete(paths: dict[str, Path]) -> None:
@@ -280,20 +291,22 @@ def main() -> int:
         r = {"model": m, "precision": prec, "batch": b, "arithmetic": info[key],
              "golden_rows_per_s": b / idle[key]["golden_s"],
              "ort_rows_per_s": b / idle[key]["ort_s"],
-             "ratio_golden_over_ort": idle[key]["ort_s"] / idle[key]["golden_s"]}
+             "ratio_golden_over_ort": idle[key]["ort_s"] / idle[key]["golden_s"],
+             "interpreter_rows_per_s": b / idle[key]["interp_s"],
+             "ratio_interpreter_over_ort": idle[key]["ort_s"] / idle[key]["interp_s"]}
         if busy:
             r["golden_busy_rows_per_s"] = b / busy[key]["golden_s"]
             r["golden_slowdown"] = busy[key]["golden_s"] / idle[key]["golden_s"]
             r["ort_slowdown"] = busy[key]["ort_s"] / idle[key]["ort_s"]
         rows.append(r)
     hdr = (f"{'model':12s} {'precision':12s} {'batch':>5s} {'golden rows/s':>14s} "
-           f"{'ort rows/s':>12s} {'ratio':>6s} {'busy slowdown':>13s} {'ort slowdown':>12s}  "
-           "GEMM arithmetic")
+           f"{'ort rows/s':>12s} {'ratio':>6s} {'interp ratio':>12s} {'busy slowdown':>13s} "
+           f"{'ort slowdown':>12s}  GEMM arithmetic")
     print(hdr)
     for r in rows:
         print(f"{r['model']:12s} {r['precision']:12s} {r['batch']:5d} "
               f"{r['golden_rows_per_s']:14,.0f} {r['ort_rows_per_s']:12,.0f} "
-              f"{r['ratio_golden_over_ort']:5.2f}x "
+              f"{r['ratio_golden_over_ort']:5.2f}x {r['ratio_interpreter_over_ort']:11.2f}x "
               f"{r.get('golden_slowdown', float('nan')):12.2f}x "
               f"{r.get('ort_slowdown', float('nan')):11.2f}x  {r['arithmetic']}")
     payload = {"rows": rows, "seconds_per_case": a.seconds,
