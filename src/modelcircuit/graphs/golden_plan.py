@@ -223,8 +223,9 @@ class Plan:
             a, b = ins
             y = work.get(i, a.shape, np.float64)
             t = work.get((i, "t"), a.shape, np.float64)
-            np.multiply(a, ka, out=y)
-            np.multiply(b, kb, out=t)
+            # in float64 whatever the codes are held in (float32 would underflow 2**-150)
+            np.multiply(a, ka, out=y, dtype=np.float64)
+            np.multiply(b, kb, out=t, dtype=np.float64)
             np.add(y, t, out=y)
             if rounding == Rounding.RND:
                 np.add(y, 0.5, out=y)
@@ -327,9 +328,9 @@ class Plan:
     def quantize(self, xs: list[Array]) -> list[Array]:
         """Float inputs -> codes, the same integers as fx.quantize (reference.quantize_inputs)
         held as exact floats for saturating types of at most 53 bits: float32 where x is
-        float32, the type at most 24 bits wide and its fraction bits >= 0 (x * 2**frac, the
-        floor, y - floor(y) and the clip are then exact in float32: no subnormal results),
-        else float64."""
+        float32, the type at most 24 bits wide and its fraction bits in [0, 100] (x * 2**frac,
+        the floor, y - floor(y) and the clip are then exact in float32: no subnormal results,
+        overflow only to inf, which saturates as in float64), else float64."""
         out = []
         for name, x in zip(self.g.inputs, xs, strict=True):
             t = _dtype(self.g, name)
@@ -345,7 +346,7 @@ class Plan:
                 if not np.isfinite(x.sum(dtype=np.float64)) and not np.isfinite(x).all():
                     raise ValueError("cannot quantize NaN or Inf")
             work = self._work(x.shape[0])
-            dt = np.float32 if (x.dtype == np.float32 and t.width <= 24 and t.frac >= 0
+            dt = np.float32 if (x.dtype == np.float32 and t.width <= 24 and 0 <= t.frac <= 100
                                 and "quantize32" not in FORCE) or (
                 "quantize32" in FORCE and x.dtype == np.float32) else np.float64
             y = work.get(("q", name), x.shape, dt)
@@ -386,10 +387,10 @@ def plan(g: Graph) -> Plan:
     """The graph's plan, built on first use and kept while the graph lives."""
     key = id(g)
     p = _PLANS.get(key)
-    if p is None or p.g is not g:
+    if p is None or p._g() is not g:
         with _lock:
             p = _PLANS.get(key)
-            if p is None or p.g is not g:
+            if p is None or p._g() is not g:
                 p = _PLANS[key] = Plan(g)
                 weakref.finalize(g, _PLANS.pop, key, None)
     return p
