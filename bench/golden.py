@@ -15,7 +15,9 @@ Each is timed as the median of repeated calls (a shared machine: the median, not
 says what a user sees), idle and beside a competing process started by this script (a second
 golden loop, `--compete`, with the process's default BLAS threads), in alternating rounds
 (the competitor stopped, then continued) so both phases see the same background load: the
-slowdown factor is busy median / idle median. Ratios are measured side by side in one run; absolute
+slowdown factor is busy median / idle median. Ratios are ort's time / golden's: wall
+time (the medians above), and CPU time (this process's, per call: on a machine that other
+jobs load, wall time measures their load as much as ours). Ratios are measured side by side in one run; absolute
 times on a shared machine mean little. Prints a table and writes JSON.
 
 Run: .venv/bin/python bench/golden.py [--json FILE] [--batches 64,256] [--models a,b]
@@ -126,15 +128,17 @@ def model_paths(tmp: Path) -> dict[str, Path]:
 
 
 # -- timing ------------------------------------------------------------------------------
-def call_times(fn, seconds: float) -> list[float]:
-    """Seconds of each call over at least 3 calls and about `seconds` of calls."""
+def call_times(fn, seconds: float) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of each call over at least 3 calls and about `seconds` of calls.
+    CPU seconds (this process's, all threads) say what a call costs when other processes
+    take turns on the cores: wall time then mostly measures their load."""
     fn()  # warm: caches, first-call allocations
-    times: list[float] = []
+    times: list[tuple[float, float]] = []
     t_end = time.perf_counter() + seconds
     while len(times) < 3 or time.perf_counter() < t_end:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0, time.process_time() - c0))
     return times
 
 
@@ -187,9 +191,12 @@ def measure(cases, seconds: float, competitor: subprocess.Popen | None
                     if k == "interp_s" and ph == "busy":
                         continue
                     times[ph][k].extend(call_times(fn, seconds / rounds))
-        idle[key] = {k: statistics.median(v) for k, v in times["idle"].items()}
+        idle[key] = {k: statistics.median(w for w, _ in v) for k, v in times["idle"].items()}
+        idle[key].update({k[:-2] + "_cpu_s": statistics.median(c for _, c in v)
+                          for k, v in times["idle"].items()})
         if competitor:
-            busy[key] = {k: statistics.median(v) for k, v in times["busy"].items() if v}
+            busy[key] = {k: statistics.median(w for w, _ in v)
+                         for k, v in times["busy"].items() if v}
     if competitor:
         competitor.send_signal(signal.SIGCONT)
     return idle, busy
@@ -292,6 +299,8 @@ def main() -> int:
              "golden_rows_per_s": b / idle[key]["golden_s"],
              "ort_rows_per_s": b / idle[key]["ort_s"],
              "ratio_golden_over_ort": idle[key]["ort_s"] / idle[key]["golden_s"],
+             "cpu_ratio_golden_over_ort": idle[key]["ort_cpu_s"] / idle[key]["golden_cpu_s"],
+             "cpu_ratio_interpreter_over_ort": idle[key]["ort_cpu_s"] / idle[key]["interp_cpu_s"],
              "interpreter_rows_per_s": b / idle[key]["interp_s"],
              "ratio_interpreter_over_ort": idle[key]["ort_s"] / idle[key]["interp_s"]}
         if busy:
@@ -300,13 +309,14 @@ def main() -> int:
             r["ort_slowdown"] = busy[key]["ort_s"] / idle[key]["ort_s"]
         rows.append(r)
     hdr = (f"{'model':12s} {'precision':12s} {'batch':>5s} {'golden rows/s':>14s} "
-           f"{'ort rows/s':>12s} {'ratio':>6s} {'interp ratio':>12s} {'busy slowdown':>13s} "
-           f"{'ort slowdown':>12s}  GEMM arithmetic")
+           f"{'ort rows/s':>12s} {'ratio':>6s} {'interp ratio':>12s} {'cpu ratio':>9s} "
+           f"{'interp cpu':>10s} {'busy slowdown':>13s} {'ort slowdown':>12s}  GEMM arithmetic")
     print(hdr)
     for r in rows:
         print(f"{r['model']:12s} {r['precision']:12s} {r['batch']:5d} "
               f"{r['golden_rows_per_s']:14,.0f} {r['ort_rows_per_s']:12,.0f} "
               f"{r['ratio_golden_over_ort']:5.2f}x {r['ratio_interpreter_over_ort']:11.2f}x "
+              f"{r['cpu_ratio_golden_over_ort']:8.2f}x {r['cpu_ratio_interpreter_over_ort']:9.2f}x "
               f"{r.get('golden_slowdown', float('nan')):12.2f}x "
               f"{r.get('ort_slowdown', float('nan')):11.2f}x  {r['arithmetic']}")
     payload = {"rows": rows, "seconds_per_case": a.seconds,
