@@ -37,7 +37,7 @@ import numpy as np
 from . import fixed as fx
 from . import reference as ref
 from .ir import Graph, GraphError, Node
-from .ops import MaxPoolAttrs, Op, ReshapeAttrs
+from .ops import MaxPoolAttrs, Op, ReshapeAttrs, SoftmaxAttrs
 from .threads import golden_threads
 from .types import FixedType, NumType, Overflow, Rounding
 
@@ -136,7 +136,7 @@ class Plan:
     def _step(self, i: int, node: Node) -> Step:
         fast = {Op.DENSE: self._dense, Op.CONV: self._conv, Op.ADD: self._add,
                 Op.SUB: self._add, Op.RELU: self._relu, Op.MAX_POOL: self._max_pool,
-                Op.RESHAPE: self._reshape}.get(node.op)
+                Op.RESHAPE: self._reshape, Op.SOFTMAX: self._softmax}.get(node.op)
         step = fast(i, node) if fast is not None else None
         if step is not None:
             return step
@@ -274,6 +274,40 @@ class Plan:
                 else:
                     np.maximum(y, sl, out=y)
             return y
+
+        return step
+
+    def _softmax(self, i: int, node: Node) -> Step | None:
+        """reference.softmax's integers (tables of the compiled node), in reused arrays."""
+        g = self.g
+        out = self._fixed_out(node)
+        if out is None:
+            return None
+        a = SoftmaxAttrs.of(node)
+        exp_t = np.asarray(g.constants[node.inputs[1]]).astype(np.int64)
+        rec_t = np.asarray(g.constants[node.inputs[2]]).astype(np.int64)
+        e_lo, e_sh = np.int64(a.exp_lo), np.int64(a.exp_shift)
+        e_hi = np.int64(a.exp_lo + (exp_t.shape[0] << a.exp_shift) - 1)
+        r_lo, r_sh = np.int64(a.recip_lo), np.int64(a.recip_shift)
+        r_hi = np.int64(a.recip_lo + (rec_t.shape[0] << a.recip_shift) - 1)
+        frac = a.exp_type.frac + a.recip_type.frac
+
+        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+            x = ins[0]
+            q = work.get((i, "q"), x.shape, np.int64)
+            np.copyto(q, x, casting="unsafe")  # exact: the codes, however held
+            np.subtract(q, q.max(axis=-1, keepdims=True), out=q)
+            _clip(q, e_lo, e_hi, out=q)  # reference.table_index
+            np.subtract(q, e_lo, out=q)
+            np.right_shift(q, e_sh, out=q)
+            e = work.get((i, "e"), x.shape, np.int64)
+            np.take(exp_t, q, out=e)
+            s = e.sum(axis=-1, keepdims=True)
+            _clip(s, r_lo, r_hi, out=s)
+            np.subtract(s, r_lo, out=s)
+            np.right_shift(s, r_sh, out=s)
+            np.multiply(e, rec_t[s], out=e)
+            return fx.requantize(e, frac, out)
 
         return step
 
