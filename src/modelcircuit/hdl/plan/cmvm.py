@@ -257,52 +257,69 @@ def _pair_keys(t1: np.ndarray, d1: np.ndarray, t2: np.ndarray, d2: np.ndarray) -
         | (d1 == d2)
 
 
-def _stack(cols: list[dict[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                   np.ndarray]:
-    """The columns' terms one after the other: (terms, signs, column number, start of the
-    element's column)."""
-    n = np.array([len(c) for c in cols], dtype=np.int64)
-    t = np.fromiter(chain.from_iterable(c.keys() for c in cols), np.int64, int(n.sum()))
-    d = np.fromiter(chain.from_iterable(c.values() for c in cols), np.int64, int(n.sum()))
-    ci = np.repeat(np.arange(len(cols)), n)
-    return t, d, ci, np.repeat(np.cumsum(n) - n, n)
-
-
-def _keys_marked(t: np.ndarray, d: np.ndarray, ci: np.ndarray, start: np.ndarray,
-                 m: np.ndarray) -> np.ndarray:
-    """The keys of the pairs of terms within a column (`_stack`) that hold at least one
-    marked term (m), each pair once."""
-    p = np.flatnonzero(m)
-    if not len(p):
+def _cross(a: np.ndarray, ad: np.ndarray, ac: np.ndarray, b: np.ndarray, bd: np.ndarray,
+           bc: np.ndarray) -> np.ndarray:
+    """The keys of the pairs (a[i], b[k]) of the same column (ac[i] == bc[k]); both sorted
+    by column."""
+    if not len(a) or not len(b):
         return np.zeros(0, dtype=np.int64)
-    size = np.bincount(ci)[ci[p]]
-    pi = np.repeat(p, size)
+    lo, hi = np.searchsorted(bc, ac, "left"), np.searchsorted(bc, ac, "right")
+    size = hi - lo
+    pi = np.repeat(np.arange(len(a)), size)
     qi = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size) \
-        + np.repeat(start[p], size)
-    # q is not p, and a pair of two marked terms only from its first
-    ok = (qi != pi) & ~(m[qi] & (qi < pi))
-    pi, qi = pi[ok], qi[ok]
-    tp, tq, dp, dq = t[pi], t[qi], d[pi], d[qi]
+        + np.repeat(lo, size)
+    tp, tq, dp, dq = a[pi], b[qi], ad[pi], bd[qi]
     first = tp < tq
     return _pair_keys(np.where(first, tp, tq), np.where(first, dp, dq),
                       np.where(first, tq, tp), np.where(first, dq, dp))
 
 
+def _within(t: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The keys of the pairs of terms of one column (c: sorted column numbers; each pair
+    once)."""
+    keys = _cross(t, d, c, t, d, c)
+    i = np.arange(len(t))
+    lo = np.searchsorted(c, c, "left")
+    size = np.searchsorted(c, c, "right") - lo
+    qi = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size) \
+        + np.repeat(lo, size)
+    return keys[qi > np.repeat(i, size)]
+
+
+def _terms(cols: list[dict[int, int]], js: list[int]
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The terms of columns js (sorted) one after the other: (terms, signs, column)."""
+    n = [len(cols[j]) for j in js]
+    t = np.fromiter(chain.from_iterable(cols[j].keys() for j in js), np.int64, sum(n))
+    d = np.fromiter(chain.from_iterable(cols[j].values() for j in js), np.int64, sum(n))
+    return t, d, np.repeat(np.asarray(js, dtype=np.int64), n)
+
+
+def _flat(log: dict[int, dict[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A change log {column: {term: sign}} as `_terms` does it."""
+    js = sorted(j for j in log if log[j])
+    return _terms([log[j] if j in log else {} for j in range(max(js, default=-1) + 1)], js)
+
+
 class _Columns:
     """The columns' terms {term: sign} (per column node -> shifts; per node the columns
     holding it), and the count of every pattern that occurred at least twice when it was
-    first counted, over all pairs of terms within a column: `keys` (sorted int64) and
-    `counts` (numpy), the most frequent pattern by one argmax (ties: the smallest key,
-    deterministic; a dropped pattern's count is -2**40).
+    first counted, over all pairs of terms within a column: sorted int64 `keys` and their
+    `counts` (numpy; new patterns first in a small sorted `tail`, merged into `keys` now and
+    then), the most frequent pattern by argmax (ties: the smallest key, deterministic; a
+    dropped pattern's count is -2**40).
 
     Why only those: after the initial count, a pattern only gains pairs when an extraction
     puts in the terms of its new node, and every pattern of that node is counted then, in
     one batch, once; a pattern seen once at birth can only lose pairs (the node's terms come
-    in once; the others' only leave). The counts change in one numpy batch per extraction:
-    the pairs it took away (its columns' terms before, against the terms it removed) and the
-    pairs it made (the terms after, against those it put in). Before, each removed or
-    inserted term walked its column in Python to move each pair between count buckets:
-    ~85 % of the export time of a 16-bit jet tagger (bench/cmvm.py)."""
+    in once; the others' only leave). The counts change in one numpy batch per extraction,
+    from its log of the terms it took out (`out`: as they were) and put in (`into`): the
+    pairs lost are those of `out` with the columns as they were (the terms now, less
+    `into`, plus `out`), the pairs made those of `into` with the columns now. Before, each
+    removed or inserted term walked its column in Python to move each pair between count
+    buckets: ~70 % of the export time of a 16-bit jet tagger (bench/cmvm.py)."""
+
+    TAIL = 4096  # new patterns kept apart until there are this many
 
     def __init__(self, n_out: int):
         self.cols: list[dict[int, int]] = [{} for _ in range(n_out)]
@@ -310,49 +327,69 @@ class _Columns:
         self.where: dict[int, set[int]] = {}
         self.keys = np.zeros(0, dtype=np.int64)
         self.counts = np.zeros(0, dtype=np.int64)
+        self.tkeys = np.zeros(0, dtype=np.int64)
+        self.tcounts = np.zeros(0, dtype=np.int64)
+        self.out: dict[int, dict[int, int]] = {}
+        self.into: dict[int, dict[int, int]] = {}
 
     def build_counts(self) -> None:
-        t, d, ci, start = _stack(self.cols)
-        u, c = np.unique(_keys_marked(t, d, ci, start, np.ones(len(t), dtype=bool)),
-                         return_counts=True)
-        many = c > 1
-        self.keys, self.counts = u[many], c[many].astype(np.int64)
+        t, d, c = _terms(self.cols, list(range(len(self.cols))))
+        u, n = np.unique(_within(t, d, c), return_counts=True)
+        many = n > 1
+        self.keys, self.counts = u[many], n[many].astype(np.int64)
+        self.out, self.into = {}, {}
 
-    def _find(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions, found) of the keys k in `keys`."""
-        pos = np.searchsorted(self.keys, k)
-        found = pos < len(self.keys)
-        found[found] = self.keys[pos[found]] == k[found]
-        return pos, found
+    def _add(self, k: np.ndarray, by: np.ndarray | int, new: np.ndarray | None = None
+             ) -> None:
+        """counts[k] += by for the known keys k; unknown ones: added with count `by` where
+        `new` says so (k sorted and unique then)."""
+        for keys, counts in ((self.keys, self.counts), (self.tkeys, self.tcounts)):
+            pos = np.searchsorted(keys, k)
+            found = pos < len(keys)
+            found[found] = keys[pos[found]] == k[found]
+            np.add.at(counts, pos[found], by if np.isscalar(by) else by[found])
+            if new is not None:
+                new = new & ~found
+        if new is not None and new.any():
+            pos = np.searchsorted(self.tkeys, k[new])
+            self.tkeys = np.insert(self.tkeys, pos, k[new])
+            self.tcounts = np.insert(self.tcounts, pos, by[new])
+            if len(self.tkeys) > self.TAIL:
+                pos = np.searchsorted(self.keys, self.tkeys)
+                self.keys = np.insert(self.keys, pos, self.tkeys)
+                self.counts = np.insert(self.counts, pos, self.tcounts)
+                self.tkeys, self.tcounts = self.tkeys[:0], self.tcounts[:0]
 
-    def update(self, before: dict[int, dict[int, int]], fresh: bool) -> None:
-        """Count the change of the columns `before` (column -> its terms before) to now;
-        fresh: the extraction made a new node (else its patterns were counted before)."""
-        olds = list(before.values())
-        news = [self.cols[j] for j in before]
-        out = chain.from_iterable((n.get(t) != d for t, d in o.items())
-                                  for o, n in zip(olds, news, strict=True))
-        into = chain.from_iterable((o.get(t) != d for t, d in n.items())
-                                   for o, n in zip(olds, news, strict=True))
-        ot, od, oc, ost = _stack(olds)
-        nt, nd, nc, nst = _stack(news)
-        gone = _keys_marked(ot, od, oc, ost, np.fromiter(out, dtype=bool, count=len(ot)))
-        made = _keys_marked(nt, nd, nc, nst, np.fromiter(into, dtype=bool, count=len(nt)))
+    def update(self, fresh: bool) -> None:
+        """Count the change the log holds (and clear it); fresh: the extraction made a new
+        node (else its patterns were counted before)."""
+        js = sorted(set(self.out) | set(self.into))
+        if not js:
+            return
+        ot, od, oc = _flat(self.out)
+        it, id_, ic = _flat(self.into)
+        nt, nd, nc = _terms(self.cols, js)
+        # the terms now that the extraction did not put in: same in both states
+        if len(it):
+            same = ~np.isin((nc << 40) | nt, (ic << 40) | it)
+            nt, nd, nc = nt[same], nd[same], nc[same]
+        gone = np.concatenate([_cross(ot, od, oc, nt, nd, nc), _within(ot, od, oc)])
+        made = np.concatenate([_cross(it, id_, ic, nt, nd, nc), _within(it, id_, ic)])
+        self.out, self.into = {}, {}
         if len(gone):
-            pos, found = self._find(gone)
-            np.subtract.at(self.counts, pos[found], 1)
+            self._add(gone, -1)
         if len(made):
             u, c = np.unique(made, return_counts=True)
-            pos, found = self._find(u)
-            np.add.at(self.counts, pos[found], c[found])
             # new patterns: kept when seen twice (a fresh node's patterns are all here)
-            add = ~found & ((c > 1) | (not fresh))
-            if add.any():
-                self.keys = np.insert(self.keys, pos[add], u[add])
-                self.counts = np.insert(self.counts, pos[add], c[add])
+            self._add(u, c, (c > 1) | (not fresh))
 
     def remove(self, j: int, t: int) -> None:
-        self.cols[j].pop(t)
+        d = self.cols[j].pop(t)
+        into = self.into.get(j)
+        if into and t in into:  # put in by this extraction: no change
+            del into[t]
+        else:
+            self.out.setdefault(j, {})[t] = d
         n = t >> _SH
         sh = self.idx[j][n]
         sh.discard(t & 255)
@@ -369,27 +406,33 @@ class _Columns:
                 return
             t += 1
         col[t] = d
+        self.into.setdefault(j, {})[t] = d
         n = t >> _SH
         self.idx[j].setdefault(n, set()).add(t & 255)
         self.where.setdefault(n, set()).add(j)
 
     def drop(self, k: Key) -> None:
         """Never pick k again (too deep, or no occurrence left)."""
-        pos, found = self._find(np.array([k], dtype=np.int64))
-        if found[0]:
-            self.counts[pos[0]] = _DROPPED
+        for keys, counts in ((self.keys, self.counts), (self.tkeys, self.tcounts)):
+            i = int(np.searchsorted(keys, k))
+            if i < len(keys) and keys[i] == k:
+                counts[i] = _DROPPED
 
     def best(self, ok: Callable[[Key], bool]) -> Key | None:
         """The most frequent pattern (count >= 2) that `ok` accepts."""
-        while len(self.counts):
-            i = int(np.argmax(self.counts))
-            if self.counts[i] < 2:
+        while True:
+            c, k = 1, 0
+            for keys, counts in ((self.keys, self.counts), (self.tkeys, self.tcounts)):
+                if len(counts):
+                    i = int(np.argmax(counts))
+                    ci, ki = int(counts[i]), int(keys[i])
+                    if ci > c or ci == c > 1 and ki < k:
+                        c, k = ci, ki
+            if c < 2:
                 return None
-            k = int(self.keys[i])
             if ok(k):
                 return k
-            self.counts[i] = _DROPPED
-        return None
+            self.drop(k)
 
 
 def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarray,
@@ -431,8 +474,8 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
             if k is None:
                 break
             a, b, ds, sg = _unkey(k)
-            before: dict[int, dict[int, int]] = {}  # the columns it changes, as they were
             n_nodes = len(bld.nodes)
+            hit = False
             for j in sorted(cols.where[a] & cols.where[b]):
                 col = cols.cols[j]
                 for s in sorted(cols.idx[j].get(a, ())):
@@ -442,16 +485,15 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
                     if t1 not in col or t2 not in col or t1 == t2 or col[t1] * col[t2] != sg:
                         continue
                     d1, d2 = col[t1], col[t2]
-                    if j not in before:
-                        before[j] = dict(col)
+                    hit = True
                     node, m, d = bld.pair((a, s, d1), (b, s + ds, d2))
                     cols.remove(j, t1)
                     cols.remove(j, t2)
                     cols.insert(j, (node << _SH) | m, d)
             extracted += 1
-            if not before:  # only overlapping occurrences were counted: drop the pattern
+            if not hit:  # only overlapping occurrences were counted: drop the pattern
                 cols.drop(k)
-            cols.update(before, fresh=len(bld.nodes) > n_nodes)
+            cols.update(fresh=len(bld.nodes) > n_nodes)
     outputs: list[tuple[int, int] | None] = []
     for j, col in enumerate(cols.cols):
         terms = [(bld.nodes[t >> _SH].depth, t >> _SH, t & 255, d)
