@@ -47,7 +47,10 @@ Latency = steps + FOLD_STAGES (7, hdl/plan/schedule.py) + tree registers + requa
 registers. The "area" preset (iCE40) and "latency" drop the extra coefficient and chunk
 registers and plan the product register with the adder tree (LEAN_FOLD_STAGES, 3, + the
 planned registers): on a small part every register fed by a register is a logic cell of
-its own.
+its own. "area" keeps one of them where the ROM is a block RAM (Schedule.bram_reg): the
+read and the chunk registered once more and the products alone in their stage, so the
+RAM's clock-to-out, a logic product and the accumulator never share a stage (+1 cycle,
++ the product register where the plan had none).
 """
 
 from __future__ import annotations
