@@ -295,10 +295,26 @@ def _terms(cols: list[dict[int, int]], js: list[int]
     return t, d, np.repeat(np.asarray(js, dtype=np.int64), n)
 
 
-def _flat(log: dict[int, dict[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A change log {column: {term: sign}} as `_terms` does it."""
-    js = sorted(j for j in log if log[j])
-    return _terms([log[j] if j in log else {} for j in range(max(js, default=-1) + 1)], js)
+def _flat(log: dict[int, dict[int, int]]
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+    """A change log {column: {term: sign}} (a few terms per column) as `_terms` does it, and
+    the keys of the pairs within each column's terms (Python: a handful)."""
+    t: list[int] = []
+    d: list[int] = []
+    c: list[int] = []
+    within: list[int] = []
+    for j in sorted(log):
+        items = sorted(log[j].items())
+        for i, (t1, d1) in enumerate(items):
+            t.append(t1)
+            d.append(d1)
+            c.append(j)
+            n1, s1 = t1 >> _SH, t1 & 255
+            for t2, d2 in items[i + 1:]:
+                within.append((n1 << 42) | ((t2 >> _SH) << 20)
+                              | (((t2 & 255) - s1 + 512) << 1) | (d1 == d2))
+    return (np.array(t, dtype=np.int64), np.array(d, dtype=np.int64),
+            np.array(c, dtype=np.int64), within)
 
 
 class _Columns:
@@ -366,15 +382,17 @@ class _Columns:
         js = sorted(set(self.out) | set(self.into))
         if not js:
             return
-        ot, od, oc = _flat(self.out)
-        it, id_, ic = _flat(self.into)
+        ot, od, oc, o_within = _flat(self.out)
+        it, id_, ic, i_within = _flat(self.into)
         nt, nd, nc = _terms(self.cols, js)
         # the terms now that the extraction did not put in: same in both states
         if len(it):
             same = ~np.isin((nc << 40) | nt, (ic << 40) | it)
             nt, nd, nc = nt[same], nd[same], nc[same]
-        gone = np.concatenate([_cross(ot, od, oc, nt, nd, nc), _within(ot, od, oc)])
-        made = np.concatenate([_cross(it, id_, ic, nt, nd, nc), _within(it, id_, ic)])
+        gone = np.concatenate([_cross(ot, od, oc, nt, nd, nc),
+                               np.array(o_within, dtype=np.int64)])
+        made = np.concatenate([_cross(it, id_, ic, nt, nd, nc),
+                               np.array(i_within, dtype=np.int64)])
         self.out, self.into = {}, {}
         if len(gone):
             self._add(gone, -1)
