@@ -226,6 +226,8 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
         # registers; no extra coefficient/chunk/product registers
         pw = wx + cw
         ff = f.r_in * f.c * wx + f.c * wx + lanes * pw + f.m * acc + n_out * wo
+        if bram and SCHEDULES["area"].bram_reg:  # the read and the chunk once more (an
+            ff += width + f.c * wx  # upper bound for "latency", which has no bram_reg)
         lut = rom + tree + f.r_in * f.c * wx + 2 * f.m * acc + n_out * wo + 60
         return LayerCost(layer["node"], r, mults, int(lut), max(1, 2 * wx * cw), int(ff),
                          depth + LEAN_FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
