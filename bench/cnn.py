@@ -11,9 +11,18 @@ onnxruntime single-thread frames/s beside the golden model's in the same run, an
 compile-time II per pixel, frame latency and resource estimate for --reuse auto on ecp5-85k
 (hdl/flow plan_circuit + hdl plan_top: nothing is built), or the one-line refusal.
 
+FINN's flagships from brevitas_examples (CNV 1W1A, ResNet-18 4W4A, MobileNet-v1 4b; untrained,
+made by tests/exporters/zoo.py into --zoo-dir, too big to commit): `--models finn`.
+
+Beside our rows, the published figures of the field (their numbers, their boards, their
+harnesses; not measured here), each with its source (PUBLISHED).
+
 Run: .venv/bin/python bench/cnn.py [--models conv2d_small_keras,conv1d_small_keras,digits_cnn]
      [--precision fixed<16,6>] [--frames 2000] [--fpga] [--json FILE]
      .venv/bin/python bench/cnn.py --models zoo --frames 200
+     /work/expvenv/bin/python tests/exporters/zoo.py --out /tmp/zoo \
+         --only cnv_1w1a,resnet18_4w4a,mobilenet_v1_4b
+     .venv/bin/python bench/cnn.py --models finn --zoo-dir /tmp/zoo --frames 4
 """
 
 from __future__ import annotations
@@ -38,11 +47,44 @@ MODELS = ROOT.parent / "shared" / "models"
 DATA = ROOT / "src" / "modelcircuit" / "data"
 ZOO = ROOT / "tests" / "data" / "exporters" / "zoo"
 ZOO_MODELS = ["resnet8", "resnet8_dynamo", "resnet8_q8", "dscnn", "dscnn_q8"]
+FINN_MODELS = ["cnv_1w1a", "resnet18_4w4a", "mobilenet_v1_4b"]
 PLAN_DEVICE = "ecp5-85k"
+ZOO_DIR: list[Path] = []  # --zoo-dir: where tests/exporters/zoo.py wrote the big models
+
+# Published throughputs of the field, to read beside ours: their models (trained), their
+# boards, their harnesses (MLPerf Tiny's runs a frame at a time through the board's host
+# link, which bounds the small models' figures). Not comparable one to one with a circuit's
+# II: a row says what was measured where.
+_V07 = ("https://github.com/mlcommons/tiny_results_v0.7/blob/"
+        "8813eded7403f4167867d305f8d997597f06181a/open/hls4ml-finn/results/pynq-z2/")
+PUBLISHED = [
+    {"who": "hls4ml-finn (MLPerf Tiny v0.7, open)", "model": "RN07 (ResNet, CIFAR-10)",
+     "ours": "resnet8_q8", "board": "PYNQ-Z2 (xc7z020)", "frames_per_s": 36.596,
+     "measure": "median throughput, MLPerf Tiny performance mode",
+     "source": _V07 + "ic/RN07/performance/results.txt"},
+    {"who": "hls4ml-finn (MLPerf Tiny v0.7, open)", "model": "CNV-W1A1 (CIFAR-10)",
+     "ours": "cnv_1w1a", "board": "PYNQ-Z2 (xc7z020)", "frames_per_s": 661.473,
+     "measure": "median throughput, MLPerf Tiny performance mode",
+     "source": _V07 + "ic/CNV-W1A1/performance/results.txt"},
+    {"who": "hls4ml-finn (MLPerf Tiny v0.7, open)", "model": "AD08 (FC autoencoder)",
+     "ours": "autoencoder_q8", "board": "PYNQ-Z2 (xc7z020)", "frames_per_s": 53365.414,
+     "measure": "median throughput, MLPerf Tiny performance mode",
+     "source": _V07 + "ad/AD08/performance/results.txt"},
+    {"who": "hls4ml-finn (MLPerf Tiny v0.7, open)", "model": "KWS-W3A3 (MLP on MFCCs)",
+     "ours": "dscnn_q8 (a DS-CNN, not their MLP)", "board": "PYNQ-Z2 (xc7z020)",
+     "frames_per_s": 57268.135, "measure": "median throughput, MLPerf Tiny performance mode",
+     "source": _V07 + "kws/KWS-W3A3/performance/results.txt"},
+    {"who": "FINN (finn-examples, bnn-pynq)", "model": "cnv-w1a1", "ours": "cnv_1w1a",
+     "board": "AUP-ZU3", "frames_per_s": 5310.9, "measure": "throughput [im/s], PYNQ driver",
+     "source": "https://github.com/Xilinx/finn-examples/pull/118"},
+    {"who": "FINN (finn-examples, bnn-pynq)", "model": "cnv-w2a2", "ours": "-",
+     "board": "AUP-ZU3", "frames_per_s": 3030.7, "measure": "throughput [im/s], PYNQ driver",
+     "source": "https://github.com/Xilinx/finn-examples/pull/118"},
+]
 
 
 def model_path(name: str) -> Path:
-    for p in (DATA / f"{name}.onnx", ZOO / f"{name}.onnx"):
+    for p in (DATA / f"{name}.onnx", ZOO / f"{name}.onnx", *(d / f"{name}.onnx" for d in ZOO_DIR)):
         if p.exists():
             return p
     return MODELS / f"{name}.onnx"
@@ -143,26 +185,30 @@ def fpga(c, name: str, device: str) -> dict:
             "fmax_mhz": rep["fmax_mhz"], **rep["resources"], "tool_wall_s": rep["tool_wall_s"]}
 
 
-def run_one(name: str, precision: str | None, frames: int, with_fpga: bool) -> dict:
+def run_one(name: str, precision: str | None, frames: int, with_fpga: bool,
+            plan: bool = True) -> dict:
     path = model_path(name)
-    if name.endswith("_q8"):
+    qonnx = name.endswith("_q8") or name in FINN_MODELS
+    if qonnx:
         precision = None  # the QONNX model's own types
-    twin = model_path(name[:-3]) if name.endswith("_q8") else path
+    twin = model_path(name[:-3]) if name.endswith("_q8") else None if qonnx else path
     x = inputs_for(name, path, frames)
     g = mc.load_onnx(path)
     c, compile_s = timed(compile, g, precision, repeat=1)
-    y_float, ort_s = ort_single_thread(twin, x) if twin.exists() else (None, float("nan"))
+    y_float, ort_s = (ort_single_thread(twin, x) if twin is not None and twin.exists()
+                      else (None, float("nan")))
     y_golden, golden_s = timed(mc.run, c, x)
     row = {"model": name, "precision": precision or "model", "frames": frames,
            "compile_s": round(compile_s, 3),
            "golden_frames_per_s": round(frames / golden_s, 1),
            "ort_1thread_frames_per_s": round(frames / ort_s, 1),
-           "ort_model": twin.name}
+           "ort_model": twin.name if twin is not None else "-"}
     if twin == path:
         row.update(golden_vs_float_argmax=agreement(y_golden, y_float),
                    golden_vs_float_max_abs=float(np.max(np.abs(
                        y_golden.reshape(frames, -1) - y_float))))
-    row["circuit"] = circuit_plan(g, precision)
+    row["circuit"] = (circuit_plan(g, precision) if plan else
+                      {"device": PLAN_DEVICE, "skipped": "--no-plan"})
     try:
         y_emu, emu_s = timed(mc.run, c, x, "gpu-emu", repeat=2)
         row.update(gpu_emu_frames_per_s=round(frames / emu_s, 1),
@@ -191,14 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=2000)
     ap.add_argument("--fpga", action="store_true", help="synthesise, place and route (slow)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "cnn.json"))
+    ap.add_argument("--zoo-dir", action="append", default=[], type=Path,
+                    help="a folder with tests/exporters/zoo.py's big models (repeatable)")
+    ap.add_argument("--no-plan", action="store_true",
+                    help="skip the circuit plan (--reuse auto on ecp5-85k)")
     a = ap.parse_args(argv)
+    ZOO_DIR[:] = a.zoo_dir
     rows = []
-    names = ZOO_MODELS if a.models == "zoo" else a.models.split(",")
+    names = {"zoo": ZOO_MODELS, "finn": FINN_MODELS}.get(a.models) or a.models.split(",")
     for name in names:
         if not model_path(name).exists():
             print(f"skip {name}: {model_path(name)} is absent", file=sys.stderr)
             continue
-        rows.append(run_one(name, a.precision, a.frames, a.fpga))
+        rows.append(run_one(name, a.precision, a.frames, a.fpga, not a.no_plan))
         r = rows[-1]
         agree = (f"  argmax vs float {r['golden_vs_float_argmax']:.4f}  max|d| "
                  f"{r['golden_vs_float_max_abs']:.2e}" if "golden_vs_float_argmax" in r else "")
@@ -220,8 +271,13 @@ def main(argv: list[str] | None = None) -> int:
         for f in r.get("fpga", []):
             print(f"{'  ' + f['device']:<22} " + ", ".join(f"{k}={v}" for k, v in f.items()
                                                              if k != "device"))
+    print("\npublished figures (theirs: trained models, their boards and harnesses; not run here)")
+    for p in PUBLISHED:
+        print(f"  {p['who']:<38} {p['model']:<26} {p['board']:<18} {p['frames_per_s']:>11,.1f} "
+              f"fr/s  (ours: {p['ours']})  {p['source']}")
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps({"rows": rows}, indent=1, sort_keys=True) + "\n")
+    Path(a.json).write_text(json.dumps({"rows": rows, "published": PUBLISHED}, indent=1,
+                                       sort_keys=True) + "\n")
     return 0
 
 

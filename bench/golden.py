@@ -9,12 +9,15 @@ residual stacks, ~12.5 M multiply-adds). Each at fixed<16,6> (float64 GEMMs: 16-
 products summed over the fan-in pass 2**24) and fixed<8,3> (float32 GEMMs).
 
 golden = modelcircuit.run(compiled, x) (float in, float out: quantize, layers, decode), one call
-per batch; onnxruntime = the float32 model, one intra-op thread, the same batch in one call.
+per batch (the prepared plan, graphs/golden_plan.py); interpreter = the same through
+reference.execute, node by node (what mc.run did before the plan; idle only); onnxruntime = the float32 model, one intra-op thread, the same batch in one call.
 Each is timed as the median of repeated calls (a shared machine: the median, not the best,
 says what a user sees), idle and beside a competing process started by this script (a second
 golden loop, `--compete`, with the process's default BLAS threads), in alternating rounds
 (the competitor stopped, then continued) so both phases see the same background load: the
-slowdown factor is busy median / idle median. Ratios are measured side by side in one run; absolute
+slowdown factor is busy median / idle median. Ratios are ort's time / golden's: wall
+time (the medians above), and CPU time (this process's, per call: on a machine that other
+jobs load, wall time measures their load as much as ours). Ratios are measured side by side in one run; absolute
 times on a shared machine mean little. Prints a table and writes JSON.
 
 Run: .venv/bin/python bench/golden.py [--json FILE] [--batches 64,256] [--models a,b]
@@ -40,7 +43,7 @@ from benchio import write_json
 from onnx import TensorProto, helper, numpy_helper
 
 import modelcircuit as mc
-from modelcircuit.graphs import host
+from modelcircuit.graphs import host, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT.parent / "shared" / "models"
@@ -125,15 +128,17 @@ def model_paths(tmp: Path) -> dict[str, Path]:
 
 
 # -- timing ------------------------------------------------------------------------------
-def call_times(fn, seconds: float) -> list[float]:
-    """Seconds of each call over at least 3 calls and about `seconds` of calls."""
+def call_times(fn, seconds: float) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of each call over at least 3 calls and about `seconds` of calls.
+    CPU seconds (this process's, all threads) say what a call costs when other processes
+    take turns on the cores: wall time then mostly measures their load."""
     fn()  # warm: caches, first-call allocations
-    times: list[float] = []
+    times: list[tuple[float, float]] = []
     t_end = time.perf_counter() + seconds
     while len(times) < 3 or time.perf_counter() < t_end:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0, time.process_time() - c0))
     return times
 
 
@@ -174,7 +179,8 @@ def measure(cases, seconds: float, competitor: subprocess.Popen | None
     for key, (c, sess, x) in cases.items():
         name = sess.get_inputs()[0].name
         fns = {"golden_s": lambda c=c, x=x: mc.run(c, x),
-               "ort_s": lambda s=sess, n=name, x=x: s.run(None, {n: x})}
+               "ort_s": lambda s=sess, n=name, x=x: s.run(None, {n: x}),
+               "interp_s": lambda c=c, x=x: interpreter(c, x)}
         times: dict = {ph: {k: [] for k in fns} for ph in ("idle", "busy")}
         for _ in range(rounds):
             for ph in ("idle", "busy") if competitor else ("idle",):
@@ -182,13 +188,25 @@ def measure(cases, seconds: float, competitor: subprocess.Popen | None
                     competitor.send_signal(signal.SIGCONT if ph == "busy" else signal.SIGSTOP)
                     time.sleep(0.05)
                 for k, fn in fns.items():
+                    if k == "interp_s" and ph == "busy":
+                        continue
                     times[ph][k].extend(call_times(fn, seconds / rounds))
-        idle[key] = {k: statistics.median(v) for k, v in times["idle"].items()}
+        idle[key] = {k: statistics.median(w for w, _ in v) for k, v in times["idle"].items()}
+        idle[key].update({k[:-2] + "_cpu_s": statistics.median(c for _, c in v)
+                          for k, v in times["idle"].items()})
         if competitor:
-            busy[key] = {k: statistics.median(v) for k, v in times["busy"].items()}
+            busy[key] = {k: statistics.median(w for w, _ in v)
+                         for k, v in times["busy"].items() if v}
     if competitor:
         competitor.send_signal(signal.SIGCONT)
     return idle, busy
+
+
+def interpreter(c, x: np.ndarray) -> np.ndarray:
+    """mc.run's golden path through reference.execute (the interpreter) instead of the plan."""
+    g = c.graph
+    out = reference.execute(g, [host.encode(c, x)], inputs_are_codes=True)[g.outputs[0]]
+    return host.decode(c, out)
 
 
 def compete(paths: dict[str, Path]) -> None:
@@ -280,20 +298,25 @@ def main() -> int:
         r = {"model": m, "precision": prec, "batch": b, "arithmetic": info[key],
              "golden_rows_per_s": b / idle[key]["golden_s"],
              "ort_rows_per_s": b / idle[key]["ort_s"],
-             "ratio_golden_over_ort": idle[key]["ort_s"] / idle[key]["golden_s"]}
+             "ratio_golden_over_ort": idle[key]["ort_s"] / idle[key]["golden_s"],
+             "cpu_ratio_golden_over_ort": idle[key]["ort_cpu_s"] / idle[key]["golden_cpu_s"],
+             "cpu_ratio_interpreter_over_ort": idle[key]["ort_cpu_s"] / idle[key]["interp_cpu_s"],
+             "interpreter_rows_per_s": b / idle[key]["interp_s"],
+             "ratio_interpreter_over_ort": idle[key]["ort_s"] / idle[key]["interp_s"]}
         if busy:
             r["golden_busy_rows_per_s"] = b / busy[key]["golden_s"]
             r["golden_slowdown"] = busy[key]["golden_s"] / idle[key]["golden_s"]
             r["ort_slowdown"] = busy[key]["ort_s"] / idle[key]["ort_s"]
         rows.append(r)
     hdr = (f"{'model':12s} {'precision':12s} {'batch':>5s} {'golden rows/s':>14s} "
-           f"{'ort rows/s':>12s} {'ratio':>6s} {'busy slowdown':>13s} {'ort slowdown':>12s}  "
-           "GEMM arithmetic")
+           f"{'ort rows/s':>12s} {'ratio':>6s} {'interp ratio':>12s} {'cpu ratio':>9s} "
+           f"{'interp cpu':>10s} {'busy slowdown':>13s} {'ort slowdown':>12s}  GEMM arithmetic")
     print(hdr)
     for r in rows:
         print(f"{r['model']:12s} {r['precision']:12s} {r['batch']:5d} "
               f"{r['golden_rows_per_s']:14,.0f} {r['ort_rows_per_s']:12,.0f} "
-              f"{r['ratio_golden_over_ort']:5.2f}x "
+              f"{r['ratio_golden_over_ort']:5.2f}x {r['ratio_interpreter_over_ort']:11.2f}x "
+              f"{r['cpu_ratio_golden_over_ort']:8.2f}x {r['cpu_ratio_interpreter_over_ort']:9.2f}x "
               f"{r.get('golden_slowdown', float('nan')):12.2f}x "
               f"{r.get('ort_slowdown', float('nan')):11.2f}x  {r['arithmetic']}")
     payload = {"rows": rows, "seconds_per_case": a.seconds,

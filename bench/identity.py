@@ -4,8 +4,10 @@ nothing: compile each model for each target at two precisions, hash every file.
     python bench/identity.py --write bench/identity_baseline.json   # on the commit before
     python bench/identity.py --check bench/identity_baseline.json   # after: lists differences
 
-Models: the bundled digits MLP and the MLPs of ../shared/models (skipped where absent).
-Prints a table (model, precision, target, files, graph id, same?) and writes JSON.
+Models: the bundled digits MLP and the MLPs of ../shared/models (skipped where absent), and
+the streamed circuits of three CNNs (bundled digits CNN, conv1d/conv2d_small_keras) at reuse 1
+and 4, Verilog target only (their top.v/top.il/top.json are what a restructure of the streamed
+HDL must leave alone). Prints a table (model, precision, target, files, graph id, same?) and writes JSON.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ MODELS = ["digits", "three_layer_keras", "three_layer_pytorch", "two_layer_keras
           "qkeras_jettagging", "TFC_2W2A", "TFC_1W2A", "bnn_model_fc_1layer"]
 PRECISIONS = [None, "fixed<8,3>"]
 TARGETS = ["golden", "gpu", "verilog"]
+STREAMED = ["digits_cnn", "conv1d_small_keras", "conv2d_small_keras"]
+STREAMED_REUSE = [1, 4]
 
 
 def model_path(name: str) -> Path | None:
-    if name == "digits":
-        return ROOT / "src" / "modelcircuit" / "data" / "digits_mlp.onnx"
+    if name in ("digits", "digits_cnn"):
+        stem = "digits_mlp" if name == "digits" else name
+        return ROOT / "src" / "modelcircuit" / "data" / f"{stem}.onnx"
     p = SHARED / f"{name}.onnx"
     return p if p.exists() else None
 
@@ -38,7 +43,8 @@ def hashes(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def run(models: list[str], targets: list[str]) -> dict[str, dict[str, str]]:
+def run(models: list[str], targets: list[str],
+        streamed: list[str] = STREAMED) -> dict[str, dict[str, str]]:
     import modelcircuit as mc
     from modelcircuit.artifact import write_compiled
 
@@ -66,6 +72,25 @@ def run(models: list[str], targets: list[str]) -> dict[str, dict[str, str]]:
                         out[key] = {"error": str(e).splitlines()[0]}
                     print(f"{key:55s} {len(out[key]):3d} files  {time.perf_counter() - t0:6.1f} s",
                           file=sys.stderr)
+        if "verilog" not in targets:
+            return out
+        for name in streamed:
+            path = model_path(name)
+            if path is None:
+                print(f"skip {name}: {SHARED} absent", file=sys.stderr)
+                continue
+            c = mc.compile(mc.load_onnx(path))
+            for r in STREAMED_REUSE:
+                key = f"{name}|None|verilog|R{r}"
+                d = Path(tmp) / key.replace("|", "_")
+                t0 = time.perf_counter()
+                try:
+                    write_compiled(c, d, "verilog", reuse=r)
+                    out[key] = {"graph_id": c.graph_id, **hashes(d)}
+                except ValueError as e:
+                    out[key] = {"error": str(e).splitlines()[0]}
+                print(f"{key:55s} {len(out[key]):3d} files  {time.perf_counter() - t0:6.1f} s",
+                      file=sys.stderr)
     return out
 
 
@@ -76,15 +101,18 @@ def main() -> int:
     g.add_argument("--check", metavar="JSON")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--streamed", default=",".join(STREAMED),
+                    help="CNNs whose streamed Verilog is hashed at reuse 1 and 4 ('' for none)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "identity.json"))
     a = ap.parse_args()
-    got = run(a.models.split(","), a.targets.split(","))
+    streamed = [m for m in a.streamed.split(",") if m]
+    got = run(a.models.split(","), a.targets.split(","), streamed)
     if a.write:
         Path(a.write).write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
         print(f"wrote {a.write}: {sum(len(v) for v in got.values())} hashes")
         return 0
     want = json.loads(Path(a.check).read_text())
-    models, targets = set(a.models.split(",")), set(a.targets.split(","))
+    models, targets = set(a.models.split(",")) | set(streamed), set(a.targets.split(","))
     want = {k: v for k, v in want.items()  # only what this run was asked to compile
             if k.split("|")[0] in models and (k.count("|") < 2 or k.split("|")[2] in targets)}
     bad = 0

@@ -66,11 +66,13 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
     Conv: a Dense per window (fan-in K = window x Cin/group), the same formula with window
            sums. MaxPool, Resize, Concat and layout ops: E_x moved (a max of values differing
            by E is within max E). AvgPool: the mean of E_x plus sqrt(K + 1) EPS mean |x|.
+    MatMul of two activations: tests/attention_bounds.py (as Dense, both factors carrying E).
     Other ops have no model here: the function refuses them.
     """
     import modelcircuit as mc
     from modelcircuit.graphs import reference
     from modelcircuit.graphs.ops import ConvAttrs
+    from tests import attention_bounds
 
     g = c.graph
     vals = {k: np.asarray(v, dtype=np.float64) for k, v in mc.run(c, x, trace=True).items()}
@@ -139,6 +141,9 @@ def float32_error_bound(c, x: np.ndarray) -> np.ndarray:
         elif node.op in ("Reshape", "Transpose", "Resize", "Gather"):
             e = np.asarray(reference.OPS[node.op](g, node, [err[z].astype(np.float32)]),
                            dtype=np.float64)
+        elif node.op == "MatMul":  # of two activations: tests/attention_bounds.py
+            e = attention_bounds.matmul_bound(*(vals[i] for i in node.inputs[:2]),
+                                              *(err[i] for i in node.inputs[:2]))
         else:
             raise AssertionError(f"no rounding model for {node.op} {node.attrs}: add one to "
                                  "tests/conftest.py float32_error_bound")

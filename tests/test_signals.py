@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from modelcircuit.util.atomic import HOLD_ENV
 from tests.hostile import Result, assert_refused, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+def _start(args: list[str], cwd: Path, hold: float = 0) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    if hold:  # the run waits in its temp folder: the signal cannot miss the write
+        env[HOLD_ENV] = str(hold)
     return subprocess.Popen([sys.executable, "-m", "modelcircuit.cli", *args], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
@@ -43,9 +46,8 @@ LONG = ["compile", "--target", "verilog", "--out", "o"]
 @pytest.mark.parametrize("sig,rc,word", [(signal.SIGTERM, 143, "terminated"),
                                          (signal.SIGINT, 130, "interrupted")])
 def test_signal_mid_compile_leaves_nothing(tmp_path: Path, sig: int, rc: int, word: str) -> None:
-    p = _start(LONG, tmp_path)
+    p = _start(LONG, tmp_path, hold=300)
     _wait_for_temp(tmp_path, p)
-    time.sleep(0.5)
     p.send_signal(sig)
     out, err = p.communicate(timeout=120)
     assert_refused(Result(p.returncode, out, err), word, rc=rc)

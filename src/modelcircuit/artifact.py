@@ -19,6 +19,7 @@ import numpy as np
 from .graphs.analysis.cost import ledger, totals
 from .graphs.check import require_single_io
 from .graphs.compiled import CompiledGraph
+from .graphs.host import wire_order
 from .graphs.identity import graph_id
 from .graphs.ir import Graph, GraphError
 from .graphs.profiles import get_profile
@@ -69,6 +70,7 @@ def manifest(compiled: CompiledGraph, target: str, extra: dict[str, Any] | None 
                    for k in ("arena_bytes_per_sample", "naive_bytes_per_sample")},
         "streams": compiled.extra["streams"]["streams"],
         **({"host": host_summary(compiled)} if compiled.head or compiled.tail else {}),
+        **({"wire": w} if (w := wire_order(compiled)) else {}),
         **(extra or {}),
     }
 

@@ -113,6 +113,7 @@ def cmd_compile(a: argparse.Namespace) -> int:
 
 def cmd_inspect(a: argparse.Namespace) -> int:
     from .artifact import host_summary
+    from .graphs.host import wire_order
     from .report import inspect_rows, render_html, render_text
     from .util.userio import check_output_file, write_text_atomic
 
@@ -125,7 +126,7 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         graph, manifest = load_artifact(p)
         info = {"graph_id": manifest.get("graph_id"), "profile": manifest.get("options", {}).get("profile"),
                 "hdl": manifest.get("hdl"), "gpu": manifest.get("gpu"), "memory": manifest.get("memory"),
-                "host": manifest.get("host")}
+                "host": manifest.get("host"), "wire": manifest.get("wire")}
     else:
         a.model = str(p)
         c = compile_from_args(a)
@@ -133,7 +134,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         mem = c.extra["memory_plan"]
         info = {"graph_id": c.graph_id, "profile": c.profile, "hdl": None, "gpu": None,
                 "memory": {k: mem[k] for k in ("arena_bytes_per_sample", "naive_bytes_per_sample")},
-                "host": host_summary(c) if c.head or c.tail else None}
+                "host": host_summary(c) if c.head or c.tail else None,
+                "wire": wire_order(c)}
     report = inspect_rows(graph, info)
     if a.html is not None:
         write_text_atomic(a.html, render_html(report), "--html")

@@ -7,6 +7,7 @@ from typing import Any
 
 from .graphs.analysis.cost import ledger, totals
 from .graphs.arithmetic import plan as arithmetic_plan
+from .graphs.host import wire_lines
 from .graphs.ir import Graph
 from .graphs.ops import attrs
 from .graphs.profiles import get_profile
@@ -58,6 +59,8 @@ def inspect_rows(g: Graph, info: dict[str, Any]) -> dict[str, Any]:
         out["hdl"] = {k: v for k, v in info["hdl"].items() if k != "layers"}
     if info.get("host"):
         out["host"] = info["host"]
+    if info.get("wire"):
+        out["wire"] = info["wire"]
     return out
 
 
@@ -75,6 +78,7 @@ def render_text(r: dict[str, Any]) -> str:
         if h.get(key):
             ops = " -> ".join(f"{n['op']}({n['node']})" for n in h[key])
             tail.append(f"host {key} (float32, {what}): {ops}")
+    tail.extend(wire_lines(r.get("wire")))
     if r.get("memory"):
         m = r["memory"]
         tail.append(f"GPU arena {m['arena_bytes_per_sample']} B/sample (naive sum of tensors "

@@ -6,6 +6,7 @@ Run (not in CI: CI has no torch/brevitas; the .onnx files it writes are committe
     python tests/exporters/generate.py            # writes tests/data/exporters/*
     python tests/exporters/generate.py --check    # regenerate in a temp dir, compare bytes
     python tests/exporters/generate.py --cnn      # only the CNN group (brevitas_cnn*.onnx)
+    python tests/exporters/generate.py --attn     # only the attention group (attention_models.py)
 
 Every model is trained for a few seconds on scikit-learn's digits (64 pixels / 16 -> [0, 1],
 10 classes, the split of examples/train_digits.py: test_size=0.25, random_state=0, stratified),
@@ -37,7 +38,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import attention_models  # noqa: E402  (tests/exporters/, beside this script)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # attention_models, beside it
+import attention_models  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402

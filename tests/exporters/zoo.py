@@ -13,8 +13,10 @@ float files with onnxruntime against torch, QONNX files with qonnx execution aga
     python tests/exporters/zoo.py --out /tmp/zoo --only cnv_1w1a,resnet18_4w4a   # big ones
 
 Needs torch 2.13.0 (CPU), brevitas 0.13.4, qonnx, onnxscript, onnxruntime (tests/exporters/
-README.md). The tests read the committed small files; the big ones are made by `slow` tests
-that skip where torch or brevitas is absent (tests/graphs/test_zoo.py).
+README.md). The tests read the committed small files; the big ones (6 to 45 MB, never
+committed) are made by `slow` tests that skip where torch or brevitas is absent
+(tests/graphs/test_zoo.py, tests/graphs/test_zoo_finn.py: ZOO_PYTHON, ZOO_CACHE). ResNet-18
+goes through brevitas' TorchScript path (QONNX_KW, recorded in its `exporter` field).
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ BIG = ["cnv_1w1a", "resnet18_4w4a", "mobilenet_v1_4b"]
 INPUTS = {"resnet8": (3, 32, 32), "dscnn": (1, 49, 10), "mobilenet_025": (3, 96, 96),
           "autoencoder": (640,), "cnv_1w1a": (3, 32, 32), "resnet18_4w4a": (3, 32, 32),
           "mobilenet_v1_4b": (3, 224, 224)}
+
+
+# brevitas export_qonnx's own default path is torch's dynamo exporter; brevitas_examples'
+# QuantBasicBlock asserts that both operands of its residual add are QuantTensors, which
+# torch.export's trace does not give them ("Perform add among QuantTensors"): ResNet-18 goes
+# through brevitas' TorchScript path (dynamo=False), as FINN's own flow exports it.
+QONNX_KW = {"resnet18_4w4a": {"dynamo": False}}
 
 
 def base(name: str) -> str:
@@ -223,7 +232,8 @@ def make(name: str, out: Path, check_rows: int = 2) -> dict:
         warnings.simplefilter("ignore")
         if qonnx:
             from brevitas.export import export_qonnx
-            export_qonnx(model, input_t=torch.from_numpy(x[:1]), export_path=str(path))
+            export_qonnx(model, input_t=torch.from_numpy(x[:1]), export_path=str(path),
+                         **QONNX_KW.get(name, {}))
         else:
             torch.onnx.export(model, (torch.from_numpy(x[:1]),), str(path), opset_version=17,
                               dynamo=name.endswith("_dynamo"), input_names=["input"],
@@ -241,7 +251,7 @@ def make(name: str, out: Path, check_rows: int = 2) -> dict:
     assert diff < 1e-3 * max(1.0, float(np.abs(ref).max())), (name, diff)
     m = onnx.load(str(path))
     return {"file": path.name, "kind": "qonnx" if qonnx else "float",
-            "exporter": ("brevitas export_qonnx" if qonnx else
+            "exporter": (f"brevitas export_qonnx{QONNX_KW.get(name) or ''}" if qonnx else
                          f"torch.onnx.export(dynamo={name.endswith('_dynamo')}, opset 17)"),
             "input_shape": [1, *shape], "ops": sorted(set(op_list(path))),
             "check": how, "max_abs_diff": diff, "bytes": path.stat().st_size,

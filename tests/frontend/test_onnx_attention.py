@@ -196,3 +196,24 @@ def test_attention_over_the_batch_axis_is_refused():
     with pytest.raises(GraphError) as e:
         import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
     assert "\n" not in str(e.value) and str(e.value).startswith("node '")
+
+
+def test_a_softmax_of_two_branches_is_not_taken_for_attention():
+    """Softmax(a + b) of two activations with no MatMul of two activations before it is not
+    an attention (no 'data-dependent mask' refusal): it is imported, or refused, as before."""
+    from onnx import TensorProto, helper
+
+    from modelcircuit.frontend.onnx.importer import import_model
+
+    w = [helper.make_tensor(f"w{i}", TensorProto.FLOAT, [4, 3],
+                            np.random.default_rng(i).normal(size=12).tolist()) for i in (1, 2)]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]),
+             helper.make_node("MatMul", ["x", "w2"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["y"], axis=-1)]
+    g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                        ["n", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+                          initializer=w)
+    ir = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [str(n.op) for n in ir.nodes] == ["Dense", "Dense", "Add", "Softmax"]

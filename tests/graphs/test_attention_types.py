@@ -167,3 +167,30 @@ def test_a_mask_without_any_key_in_a_row_is_refused():
     b.output(y)
     with pytest.raises(GraphError, match="node att .*every key"):
         mc.compile(b.build(), precision="fixed<16,6>")
+
+
+def test_matmul_of_two_activations_is_exact_then_rounded_once():
+    """a @ b^T of two token-wise projections: the exact sum of code products, requantized
+    once (fixed<16,6>, TRN: the result is within one lsb below the exact product of the
+    quantized operands), and float32 golden equals numpy."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("mm")
+    x = b.input("x", (6, 8))
+    a = b.dense(x, rng.normal(0, 0.3, (8, 8)), name="pa")
+    k = b.dense(x, rng.normal(0, 0.3, (8, 8)), name="pk")
+    kt = b.transpose(k, (1, 0))
+    y = b.matmul(a, kt, name="scores")
+    b.output(y)
+    g = b.build()
+    xs = rng.normal(0, 1, (32, 6, 8)).astype(np.float32)
+    c = mc.compile(g, precision="fixed<16,6>")
+    env = mc.run(c, xs, trace=True)
+    qa, qk = env["pa"].astype(np.float64), env["pk"].astype(np.float64)
+    exact = qa @ np.swapaxes(qk, -1, -2)
+    got = np.asarray(mc.run(c, xs), dtype=np.float64)
+    assert np.all(got <= exact + 1e-12) and np.all(exact - got < 2.0**-10 + 1e-12)
+    f = mc.compile(g, precision="float32")
+    ef = mc.run(f, xs, trace=True)
+    want = ef["pa"].astype(np.float64) @ np.swapaxes(ef["pk"].astype(np.float64), -1, -2)
+    assert np.abs(np.asarray(mc.run(f, xs), np.float64) - want).max() <= 8 * 2.0**-23 * (
+        np.abs(ef["pa"]) @ np.swapaxes(np.abs(ef["pk"]), -1, -2)).max()

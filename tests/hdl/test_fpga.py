@@ -49,9 +49,14 @@ def tiny_onnx(path: Path, graph=None) -> Path:
     return path
 
 
+# A guard against a hung tool, not a speed check: a place and route on a 2-core machine under
+# a load average of 20 once took over 600 s (a fresh-clone CI failed on the timeout).
+CLI_TIMEOUT_S = 3600
+
+
 def cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "modelcircuit.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=600)
+                          text=True, cwd=cwd, env=env, timeout=CLI_TIMEOUT_S)
 
 
 def why(r: subprocess.CompletedProcess, lines: int = 40) -> str:

@@ -91,7 +91,10 @@ def test_worker_crash_retried_once_in_store(tmp_path: Path, local_ray: object,
 
 def test_sigint_then_resume(tmp_path: Path, local_ray: object) -> None:
     out = tmp_path / "s"
-    env = dict(os.environ, **{DELAY_ENV: "1.5"})
+    # 5 s a point: after the second point the other four take >= 20 s, so the SIGINT lands
+    # mid-sweep even when this process waits seconds for a core (at 1.5 s a point, a run under
+    # a load average of 20 saw all six points finish between the check and the signal)
+    env = dict(os.environ, **{DELAY_ENV: "5"})
     cmd = [sys.executable, "-m", "modelcircuit.cli", "sweep", "--engine", "local",
            "--workers", "1", "--out", str(out), "--device", "ice40-up5k"]
     for k in ("precision", "reuse"):

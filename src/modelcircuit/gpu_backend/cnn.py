@@ -114,7 +114,8 @@ def _pool(ctx: LowerCtx, node: Node, kname: str, is_max: bool) -> tuple[dict[str
         raise GraphError(f"node {node.name} ({node.op}): {win.CIN} channels in, "
                          f"{ctx.g.tensor(out).shape[-1]} out")
     c = ctx.base(node, kname)
-    c.update(win.ctx(), C=win.CIN, is_max=is_max, xt=ctx.ctype(x), count=win.KH * win.KW)
+    c.update(win.ctx(), C=win.CIN, is_max=is_max, xt=ctx.ctype(x), count=win.KH * win.KW,
+             exclude=False)
     return c, [ctx.act("x", x)]
 
 
@@ -139,13 +140,24 @@ def recip_code(ctx: LowerCtx, node: Node) -> tuple[int, int]:
 
 def lower_avgpool(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     """Window sum (padding counts as zeros), then times the reciprocal code and one
-    conversion to the output type (fixed point) or divided by the count (float32)."""
+    conversion to the output type (fixed point) or divided by the count (float32). With
+    exclude_pad the count is the window's positions inside the input, and the reciprocal
+    the entry of that count in the table accumulator_types made (a constant `rt`)."""
     c, params = _pool(ctx, node, kname, False)
+    a = AvgPoolAttrs.of(node)
+    c["exclude"] = a.exclude_pad
     if not c["is_float"]:
-        code, rfrac = recip_code(ctx, node)
-        c.update(recip=cll(code),
-                 r=requant_args(node, ctx.t(node.inputs[0]).frac + rfrac,
-                                ctx.t(node.outputs[0])))
+        if c["exclude"]:
+            rt = AvgPoolAttrs.of(node).recip_type
+            if rt is None or len(node.inputs) < 2 or ctx.cval(node.inputs[1]).ndim != 1:
+                raise GraphError(f"node {node.name} (AvgPool): the reciprocal table of the "
+                                 "window counts is not computed; compile the graph first")
+            rfrac = rt.frac
+            params.append(ctx.const("rt", node.inputs[1], ctx.cval(node.inputs[1]), False))
+        else:
+            code, rfrac = recip_code(ctx, node)
+            c["recip"] = cll(code)
+        c["r"] = requant_args(node, ctx.t(node.inputs[0]).frac + rfrac, ctx.t(node.outputs[0]))
     params.append(ctx.act("y", node.outputs[0]))
     return "pool.cu.j2", c, params, ctx.g.tensor(node.outputs[0]).size
 

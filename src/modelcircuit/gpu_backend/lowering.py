@@ -5,7 +5,8 @@ the one lookup: an op in neither table is a GpuError naming the op, the node and
 A lowering function is `(ctx, node, kname) -> (template, context, params, threads per
 sample)`. Element-wise ops render the frame `eltwise.cu.j2` around their own body macro in
 `eltwise_ops.j2` (named by `body`); Dense, Softmax and Threshold have a template each; the
-convolutional ops and Concat are lowered in cnn.py.
+convolutional ops and Concat are lowered in cnn.py, LSTM/GRU in rnn.py, MatMul, Attention and
+LayerNorm in attention.py.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..graphs.ops import (
     TruncAttrs,
 )
 from ..graphs.reference import clip_codes
+from .attention import lower_attention, lower_layernorm, lower_matmul
 from .cnn import lower_avgpool, lower_concat, lower_conv, lower_maxpool, lower_resize
 from .context import (
     LowerCtx,
@@ -73,11 +75,12 @@ def lower_dense(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
 def lower_softmax(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     x, out = node.inputs[0], node.outputs[0]
     shape = ctx.g.tensor(x).shape
-    if len(shape) != 1:
-        raise GraphError(f"node {node.name} (Softmax): only rank-1 inputs per sample are "
-                         f"supported, got {list(shape)}")
+    if not shape or shape[-1] < 1:
+        raise GraphError(f"node {node.name} (Softmax): needs an input with a last axis, got "
+                         f"{list(shape)}")
+    n = int(shape[-1])  # over the last axis: one thread per row (a rank-1 input: one row)
     c = ctx.base(node, kname)
-    c.update(N=int(shape[0]), xt=ctx.ctype(x))
+    c.update(N=n, xt=ctx.ctype(x), rows=ctx.g.tensor(x).size // n)
     params = [ctx.act("x", x)]
     if not c["is_float"]:
         et, rt = ctx.cval(node.inputs[1]), ctx.cval(node.inputs[2])
@@ -91,7 +94,7 @@ def lower_softmax(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
                  rec_lo=cll(at.recip_lo), rec_shift=int(at.recip_shift), rec_size=cll(rt.shape[0]),
                  r=requant_args(node, at.exp_type.frac + at.recip_type.frac, ctx.t(out)))
     params.append(ctx.act("y", out))
-    return "softmax.cu.j2", c, params, 1
+    return "softmax.cu.j2", c, params, c["rows"]
 
 
 def lower_threshold(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
@@ -359,14 +362,12 @@ LOWERING: dict[Op, LowerFn] = {
     Op.CONV: lower_conv, Op.MAX_POOL: lower_maxpool, Op.AVG_POOL: lower_avgpool,
     Op.RESIZE: lower_resize, Op.CLIP: lower_clip, Op.TRUNC: lower_trunc,
     Op.RESIZE: lower_resize, Op.LSTM: lower_rnn, Op.GRU: lower_rnn,
+    Op.MATMUL: lower_matmul, Op.ATTENTION: lower_attention, Op.LAYER_NORM: lower_layernorm,
 }
 
 REFUSED: dict[Op, str] = {
     Op.DIV: "division of two activations is float only and has no GPU kernel yet; "
             "the golden model runs it",
-    Op.MATMUL: "no GPU kernel yet for a product of two activations (the golden model runs it)",
-    Op.ATTENTION: "no GPU kernel yet for attention (the golden model runs it)",
-    Op.LAYER_NORM: "no GPU kernel yet for layer normalisation (the golden model runs it)",
 }
 
 

@@ -13,9 +13,10 @@ import dataclasses
 
 import numpy as np
 
-from . import reference
+from . import golden_plan, reference
 from .compiled import CompiledGraph
 from .ir import Graph, prune
+from .ops import SPATIAL, Op
 from .types import FLOAT32
 
 
@@ -75,11 +76,17 @@ def decode(compiled: CompiledGraph, out: np.ndarray) -> np.ndarray:
 
 def golden(compiled: CompiledGraph, x: np.ndarray) -> np.ndarray:
     """The golden model's float outputs for float inputs (N, *shape): head, body (reference
-    interpreter on codes), tail — what api.run(backend="golden") and the sweep compare."""
-    g = compiled.graph
-    out = reference.execute(g, [encode(compiled, np.asarray(x))],
-                            inputs_are_codes=True)[g.outputs[0]]
-    return np.asarray(decode(compiled, np.asarray(out)))
+    interpreter on codes), tail — what api.run(backend="golden") and the sweep compare.
+    The body runs as its prepared plan (graphs/golden_plan.py: the same values, faster)."""
+    p = golden_plan.plan(compiled.graph)
+    if getattr(compiled, "head", None) is None:
+        vals = p.values(np.asarray(x), quantize=True)
+    else:
+        vals = p.values(encode(compiled, np.asarray(x)), quantize=False)
+    tail = getattr(compiled, "tail", None)
+    if tail is None:
+        return vals
+    return np.asarray(reference.execute(tail, [vals.astype(np.float32)])[tail.outputs[0]])
 
 
 def float_trace(compiled: CompiledGraph, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -110,3 +117,63 @@ def values(compiled: CompiledGraph, name: str, v: np.ndarray) -> np.ndarray:
         if part is not None and name in part.tensors:
             return reference.to_values(part, name, v)
     return np.asarray(v, dtype=np.float64)
+
+
+def _moves(g: Graph | None) -> list[dict]:
+    """The layout moves of a host part: what reorders values between the model's layout and
+    the circuit's."""
+    out = []
+    for n in (g.nodes if g is not None else ()):
+        if n.op == Op.TRANSPOSE:
+            out.append({"node": n.name, "op": "Transpose", "perm": list(n.get("perm"))})
+        elif n.op == Op.GATHER:
+            out.append({"node": n.name, "op": "Gather"})
+        elif n.op == Op.RESHAPE:
+            out.append({"node": n.name, "op": "Reshape"})
+    return out
+
+
+def wire_order(compiled: CompiledGraph) -> dict | None:
+    """The order in which values cross the wire of a model whose circuit streams pixels (a
+    frame input (*S, C), spatial ops), or None: per end, the model's per-sample shape, the
+    circuit's, and the host's layout moves between them. The circuit's frame goes as one
+    token per pixel in raster order (row-major over the spatial axes), all C channels of a
+    pixel in one token, channel k in element k; a channels-first (C, *S) model tensor is
+    reordered by the host (the head's / tail's Transpose), never by the circuit."""
+    g = compiled.graph
+    if not any(n.op in SPATIAL for n in g.nodes):
+        return None
+    head, tail = getattr(compiled, "head", None), getattr(compiled, "tail", None)
+    ends = {}
+    for key, part, model_t, circ_t in (
+            ("input", head, (head or g).inputs[0], g.inputs[0]),
+            ("output", tail, (tail or g).outputs[0], g.outputs[0])):
+        ms = [int(s) for s in (part or g).tensor(model_t).shape]
+        cs = [int(s) for s in g.tensor(circ_t).shape]
+        frame = len(cs) >= 2
+        moves = _moves(part)
+        cf = bool(moves) and frame and len(ms) == len(cs) and ms[0] == cs[-1] and \
+            ms[1:] == cs[:-1] and ms != cs
+        if frame:
+            pix = int(np.prod(cs[:-1]))
+            order = (f"{pix} pixels in raster order (row-major over {cs[:-1]}), one token of "
+                     f"{cs[-1]} channels each, channel k in element k")
+        else:
+            order = f"one vector of {cs[0] if cs else 1} elements"
+        ends[key] = {"model_tensor": model_t, "model_shape": ms,
+                     "model_layout": "channels-first" if cf else "as the circuit's",
+                     "circuit_tensor": circ_t, "circuit_shape": cs, "order": order,
+                     "host_moves": moves}
+    return ends
+
+
+def wire_lines(w: dict | None) -> list[str]:
+    """`inspect`'s lines for wire_order."""
+    out = []
+    for key, e in (w or {}).items():
+        how = ("the host reorders it (" + ", ".join(
+            f"{m['op']}({m['node']}" + (f", perm {m['perm']}" if "perm" in m else "") + ")"
+            for m in e["host_moves"]) + ")") if e["host_moves"] else "no host reordering"
+        out.append(f"wire order, {key}: model {e['model_shape']} ({e['model_layout']}); "
+                   f"{how}; circuit {e['circuit_shape']}: {e['order']}")
+    return out

@@ -275,15 +275,19 @@ class MaxPoolAttrs(Attrs):
 
 @dataclass(frozen=True)
 class AvgPoolAttrs(Attrs):
-    """Mean over the window, padding counted (count_include_pad=1). Fixed point:
-    to_output_type(window sum * recip), recip = round(2**F / count) in recip_type (F its
-    fractional bits), a constant input once accumulator_types has computed it."""
+    """Mean over the window, padding counted (count_include_pad=1), or with `exclude_pad`
+    over the window's positions inside the input only (count_include_pad=0: a count per
+    window, window_counts). Fixed point: to_output_type(window sum * recip), recip =
+    round(2**F / count) in recip_type (F its fractional bits), a constant input once
+    accumulator_types has computed it: a scalar, or with exclude_pad a table indexed by the
+    window's count (entry 0 unused)."""
     OP = Op.AVG_POOL
     kernel: tuple[int, ...] = _a("ints")
     strides: tuple[int, ...] = _a("ints")
     pads: tuple[int, ...] = _a("ints")
     acc: FixedType | None = _a("fixed", None)        # exact window sum
     recip_type: FixedType | None = _a("fixed", None)
+    exclude_pad: bool = _a("bool", False)            # count_include_pad=0
 
 
 @dataclass(frozen=True)
@@ -412,6 +416,21 @@ def window_shape(in_spatial: tuple[int, ...], kernel: tuple[int, ...], strides: 
     r = len(kernel)
     return tuple((in_spatial[i] + pads[i] + pads[i + r] - kernel[i]) // strides[i] + 1
                  for i in range(r))
+
+
+def window_counts(in_spatial: tuple[int, ...], kernel: tuple[int, ...],
+                  strides: tuple[int, ...], pads: tuple[int, ...]) -> np.ndarray:
+    """For each output position of a window op (floor mode), how many of its window's
+    positions lie inside the input (not in the padding): an int64 array of the output's
+    spatial shape (the divisor of an AveragePool with count_include_pad=0)."""
+    r = len(kernel)
+    out = window_shape(in_spatial, kernel, strides, pads)
+    counts = np.ones((), dtype=np.int64)
+    for i in range(r):
+        start = np.arange(out[i], dtype=np.int64) * strides[i] - pads[i]
+        n = np.minimum(start + kernel[i], in_spatial[i]) - np.maximum(start, 0)
+        counts = np.multiply.outer(counts, n)
+    return counts
 
 
 # -- inputs --------------------------------------------------------------------------------

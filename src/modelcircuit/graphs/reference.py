@@ -47,6 +47,7 @@ from .ops import (
     TransposeAttrs,
     TruncAttrs,
     attrs,
+    window_counts,
 )
 from .threads import golden_threads
 from .types import FixedType, NumType, Rounding
@@ -260,6 +261,31 @@ def exact_matmul(x: Array, w: Array, bound_bits: int) -> Array:
     if bound_bits <= 53:
         return (x.astype(np.float64) @ w.astype(np.float64)).astype(np.int64)
     return np.einsum("bk,kn->bn", x.astype(np.int64), w.astype(np.int64))
+
+
+def dense_linear(g: Graph, node: Node) -> Linear:
+    """The prepared `Linear` of a Dense node."""
+    lp = _prepared(g).get(node.name)
+    if lp is None:
+        lp = _linear(g, node, _const(g, node.inputs[1]))
+    return lp
+
+
+def linear_out(g: Graph, node: Node, lp: Linear, x: Array, out: Array | None = None) -> Array:
+    """What a Dense/Conv computes from its GEMM rows x (see `_linear_out`)."""
+    return _linear_out(g, node, lp, x, out)
+
+
+def set_threads(t: Any) -> None:
+    """The thread control (threads.Threads) of the golden run now starting on this thread
+    (None when it ends): `blas_threads` uses it."""
+    _local.threads = t
+
+
+def blas_threads(macs: int) -> None:
+    """Before a product of `macs` multiply-adds inside `execute` or a golden plan's run: the
+    BLAS threads it may use (graphs/threads.py)."""
+    _blas_threads(macs)
 
 
 def dense(g: Graph, node: Node, ins: list[Array]) -> Array:
@@ -552,14 +578,16 @@ def gemm_weights(w: Array, group: int) -> Array:
 
 
 def conv_rows(x: Array, a: ConvAttrs, out_sp: tuple[int, ...], dtype: np.dtype, cout: int,
-              out_dtype: np.dtype, fn: Callable[[Array, Array], Array]) -> Array:
+              out_dtype: np.dtype, fn: Callable[[Array, Array], Array],
+              out: Array | None = None) -> Array:
     """Convolution as one GEMM per chunk: the window of every output position is one row
     (im2col through a strided view of the padded input); `fn(rows, out)` writes the
     (rows, cout) results into `out`, a view of the (N, *out_sp, cout) result.
     Rows are (*kernel, Cin) (K * Cin values), or (group, Cin/group * K) for a grouped conv.
     The input is converted to the GEMM's dtype once, into a zero-padded buffer (padding
     costs no extra copy); chunks of whole frames, or of output rows within a frame, keep
-    the window matrix under IM2COL_ELEMENTS."""
+    the window matrix under IM2COL_ELEMENTS. `out`: the result's array, where the caller
+    keeps one (golden_plan reuses it call to call), else a fresh one."""
     r = len(a.kernel)
     n = x.shape[0]
     per_pos = int(np.prod(a.kernel)) * x.shape[-1]
@@ -569,7 +597,8 @@ def conv_rows(x: Array, a: ConvAttrs, out_sp: tuple[int, ...], dtype: np.dtype, 
         frames, rows = max(1, IM2COL_ELEMENTS // max(per_frame, 1)), out_sp[0]
     else:
         frames, rows = 1, max(1, IM2COL_ELEMENTS // max(per_row, 1))
-    out = np.empty((n,) + out_sp + (cout,), dtype=out_dtype)
+    if out is None:
+        out = np.empty((n,) + out_sp + (cout,), dtype=out_dtype)
     pad_frames = max(frames, max(1, (1 << 24) // max(per_frame // max(len(a.kernel), 1), 1)))
     for p0 in range(0, n, pad_frames):  # padded copies of a bounded number of frames
         xp = _padded(x[p0:p0 + pad_frames], a.pads, dtype)
@@ -640,17 +669,23 @@ def conv_sum(x: Array, w: Array, a: ConvAttrs, out_sp: tuple[int, ...]) -> Array
     return conv_rows(np.asarray(x), a, out_sp, dt, np.asarray(w).shape[-1], dt, fn)
 
 
-def conv(g: Graph, node: Node, ins: list[Array]) -> Array:
+def conv_linear(g: Graph, node: Node) -> Linear:
+    """The prepared `Linear` of a Conv node (weights in the window rows' GEMM layout)."""
+    lp = _prepared(g).get(node.name)
+    if lp is None:
+        lp = _linear(g, node, gemm_weights(_const(g, node.inputs[1]), ConvAttrs.of(node).group))
+    return lp
+
+
+def conv(g: Graph, node: Node, ins: list[Array], out: Array | None = None) -> Array:
     """Channels-last convolution: per window and group, what Dense computes (the same
     `Linear`, one GEMM over every window of the batch)."""
     a = ConvAttrs.of(node)
-    lp = _prepared(g).get(node.name)
-    if lp is None:
-        lp = _linear(g, node, gemm_weights(_const(g, node.inputs[1]), a.group))
+    lp = conv_linear(g, node)
     dt = np.dtype(np.float32) if lp.arith is None else lp.dtype
     cout = g.tensor(node.outputs[0]).shape[-1]
     return conv_rows(ins[0], a, _out_spatial(g, node), dt, cout, lp.out_dtype,
-                     lambda cols, out: _linear_out(g, node, lp, cols, out))
+                     lambda cols, o: _linear_out(g, node, lp, cols, o), out)
 
 
 def max_pool(g: Graph, node: Node, ins: list[Array]) -> Array:
@@ -669,22 +704,29 @@ def max_pool(g: Graph, node: Node, ins: list[Array]) -> Array:
 
 
 def avg_pool(g: Graph, node: Node, ins: list[Array]) -> Array:
-    """Mean over each window, padding counted as zeros (count_include_pad=1). Fixed point:
-    the exact window sum times the constant recip = round(2**F / count) (recip_type, F its
-    fractional bits), one requantization to the output type; float32: sum / count."""
+    """Mean over each window, padding counted as zeros (count_include_pad=1), or with
+    exclude_pad over the window's positions inside the input (ops.window_counts). Fixed
+    point: the exact window sum times the constant recip = round(2**F / count) (recip_type,
+    F its fractional bits; with exclude_pad the table entry of the window's count), one
+    requantization to the output type; float32: sum / count."""
     a = AvgPoolAttrs.of(node)
     out_sp = _out_spatial(g, node)
-    count = int(np.prod(a.kernel))
     fixed = _is_fixed(g, node)
     x = ins[0].astype(np.int64) if fixed else _f32(ins[0])
+    if a.exclude_pad:
+        counts = window_counts(tuple(x.shape[1:-1]), a.kernel, a.strides, a.pads)
+        counts = counts.reshape((1,) + out_sp + (1,))
+    else:
+        counts = np.asarray(int(np.prod(a.kernel)), dtype=np.int64)
     acc = np.zeros((x.shape[0],) + out_sp + (x.shape[-1],), dtype=x.dtype)
     for _, sl in _windows(_pad(x, a.pads, 0), a.kernel, a.strides, out_sp):
         acc += sl
     if not fixed:
-        return _f32(acc / np.float32(count))
+        return _f32(acc / counts.astype(np.float32))
     if a.recip_type is None or len(node.inputs) < 2:
         raise GraphError(f"node {node.name}: AvgPool reciprocal not computed; compile first")
-    recip = int(_const(g, node.inputs[1]).reshape(-1)[0])
+    rc = _const(g, node.inputs[1]).astype(np.int64)
+    recip = rc[counts] if a.exclude_pad else rc.reshape(-1)[0]
     return _finish(g, node, acc * recip, _t(g, node.inputs[0]).frac + a.recip_type.frac)
 
 

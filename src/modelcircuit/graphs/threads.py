@@ -29,6 +29,11 @@ from typing import Any
 
 # one thread below this many multiply-adds per product (see the module docstring)
 PARALLEL_MACS = 1 << 29
+# OpenBLAS itself runs a GEMM of M*N*K <= SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD
+# (65536 * 4 by default; interface/gemm.c) on one thread: below that, a golden run does not
+# touch the thread setting at all (querying and setting it back costs ~10 us a call, a
+# fifth of a 64-row jet-tagger run)
+SINGLE_THREAD_MACS = 1 << 18
 
 _ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -89,14 +94,22 @@ def threads_for(macs: int, allowed: int) -> int:
 
 class Threads:
     """Per-product thread counts inside one golden run: `use(macs)` before each product;
-    the caller's settings come back on exit."""
+    the caller's settings come back on exit. Lazy: the settings are read the first time a
+    product could run on more than one thread (SINGLE_THREAD_MACS or more), and written
+    back only if they were changed."""
 
     def __init__(self) -> None:
-        self.saved = _get()
-        self.allowed = min((t for t in self.saved if t), default=1)
-        self.now = list(self.saved)
+        self.saved: list[int | None] | None = None
+        self.allowed = 1
+        self.now: list[int | None] = []
 
     def use(self, macs: int) -> None:
+        if macs < SINGLE_THREAD_MACS:
+            return
+        if self.saved is None:
+            self.saved = _get()
+            self.allowed = min((t for t in self.saved if t), default=1)
+            self.now = list(self.saved)
         n = threads_for(macs, self.allowed)
         want = [n if t else None for t in self.saved]
         if want != self.now:
@@ -104,7 +117,7 @@ class Threads:
             self.now = want
 
     def restore(self) -> None:
-        if self.now != self.saved:
+        if self.saved is not None and self.now != self.saved:
             _set(self.saved)
             self.now = list(self.saved)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..graphs.compiled import CompiledGraph
+from ..graphs.host import wire_order
 from ..util.atomic import write_file
 from .errors import HdlError
 from .names import check_top_name
@@ -86,6 +87,9 @@ def convert(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = N
             "files": {"verilog": f"{top_name}.v", "rtlil": f"{top_name}.il",
                       "json": f"{top_name}.json"},
             "graph_id": compiled.graph_id}
+    wire = wire_order(compiled)
+    if wire is not None:  # the host's reordering of a channels-first model's ends
+        info["wire"] = wire
     if cs is not None and cs.verilog_texts:
         info["text_cores"] = {"modules": len(cs.verilog_texts), "register_bits": cs.reg_bits}
     info["_convert_s"] = time.perf_counter() - t0

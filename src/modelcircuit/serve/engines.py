@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..graphs import reference
+from ..graphs import golden_plan
 from ..graphs.compiled import CompiledGraph
 
 MAX_BATCH = 65536
@@ -82,7 +82,7 @@ class GoldenEngine:
         buf = self.bufs[bucket_of(self.buckets, n)]
         buf[:n] = codes.reshape((n,) + buf.shape[1:])
         buf[n:] = 0
-        return reference.execute(self.g, [buf], inputs_are_codes=True)[self.g.outputs[0]][:n]
+        return golden_plan.execute(self.g, [buf], inputs_are_codes=True)[self.g.outputs[0]][:n]
 
 
 class EmuEngine:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..graphs import host, reference
+from ..graphs import golden_plan, host
 from ..graphs.compiled import CompiledGraph
 from ..graphs.ir import GraphError
 from ..util.userio import shown
@@ -151,7 +151,7 @@ class ServedModel:
         if self.fallback_fault is not None:
             raise self.fallback_fault
         g = self.compiled.graph
-        return reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+        return golden_plan.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
 
     def run_codes(self, codes: np.ndarray) -> tuple[np.ndarray, str]:
         """(output codes, fidelity). One caller at a time (the batcher)."""

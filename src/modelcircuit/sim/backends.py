@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..graphs import reference
+from ..graphs import golden_plan
 from ..graphs.compiled import CompiledGraph
 from ..graphs.ir import GraphError
 
@@ -35,7 +35,7 @@ def _golden(compiled: CompiledGraph, codes: np.ndarray, o: RunOptions) -> Result
     if o.expected is not None:
         return o.expected, {"what": "golden model (graphs/reference.py)", "seconds": 0.0}
     t0 = time.perf_counter()
-    out = reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+    out = golden_plan.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
     return out, {"what": "golden model (graphs/reference.py)",
                  "seconds": time.perf_counter() - t0}
 

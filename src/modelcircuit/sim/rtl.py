@@ -433,10 +433,10 @@ def check_input_codes(compiled: CompiledGraph, input_codes: Any, port: Port) -> 
 
 
 def golden_codes(compiled: CompiledGraph, input_codes: np.ndarray) -> np.ndarray:
-    from ..graphs import reference
+    from ..graphs import golden_plan
 
     g = compiled.graph
-    return reference.execute(g, [input_codes], inputs_are_codes=True)[g.outputs[0]]
+    return golden_plan.execute(g, [input_codes], inputs_are_codes=True)[g.outputs[0]]
 
 
 def prepare(compiled: CompiledGraph, simulator: str = "verilator", reuse: Any = None,

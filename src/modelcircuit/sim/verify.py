@@ -89,7 +89,7 @@ def verify(compiled: CompiledGraph, x: np.ndarray, backends: list[str], labels: 
     bit, print the table (to `out`, default stdout). Returns (exit code 0 all agree / 1 a
     mismatch, report). `float_out` (the float model's outputs) and `labels` add accuracy."""
     out = out or sys.stdout
-    from ..graphs import host, reference
+    from ..graphs import golden_plan, host
     from ..graphs.threads import limit_process
     from .backends import RunOptions, run_backend
 
@@ -100,7 +100,7 @@ def verify(compiled: CompiledGraph, x: np.ndarray, backends: list[str], labels: 
     if len(g.inputs) != 1:
         raise SimError(f"verify handles models with one input; {g.name} has {len(g.inputs)}")
     codes = host.encode(compiled, x)  # the host head, where the model has one
-    golden = reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+    golden = golden_plan.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
     t_out = g.tensor(g.outputs[0]).dtype
     frac = None if t_out is None or t_out.is_float else t_out.frac
 

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -24,6 +25,9 @@ from .errors import GraphError
 
 T = TypeVar("T")
 MARKER = ".modelcircuit"
+# seconds atomic_dir waits in its temp folder before filling it (tests: a signal lands mid-write
+# however loaded the machine is; without it the write could finish first, seen under load 20)
+HOLD_ENV = "MODELCIRCUIT_TEST_HOLD_WRITE"
 _TMP = re.compile(r"^\.(?P<name>.+)\.mc-(?:tmp|old)-(?P<pid>\d+)-[^.]+$")
 
 
@@ -158,6 +162,9 @@ def atomic_dir(out: Path, fill: Callable[[Path], T], what: str = "--out") -> T:
                          f"{e.strerror or e}") from None
     old: Path | None = None
     try:
+        hold = os.environ.get(HOLD_ENV)
+        if hold:  # a test hook: keeps the run mid-write so a signal surely lands there
+            time.sleep(float(hold))
         result = fill(tmp)
         _write_marker(tmp)
         os.chmod(tmp, 0o755)

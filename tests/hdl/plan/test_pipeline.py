@@ -93,3 +93,21 @@ def test_the_circuit_takes_a_resolved_plan():
     assert set(p.reuse) == {"fc"} and p.fit["device"] == "ecp5-85k"
     with pytest.raises(HdlError, match="already resolved"):
         build_top(c, p, pipeline="fmax")  # a resolved plan carries its schedule
+
+
+def test_area_registers_the_block_ram_read_and_the_products():
+    """"area" (iCE40): a lean fold whose coefficient ROM is a block RAM registers the read
+    and the products before the tree (Schedule.bram_reg), so the RAM's clock-to-out, a logic
+    product and the accumulator never share a stage: two cycles over "latency" at the same
+    levels per stage (whose R=24 fold, one input per step, puts no register there); a ROM in
+    LUTs (R=3, 2 words) changes nothing. Exact latency and bit-exactness with stalls:
+    test_latency_is_exact."""
+    c, _ = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 6, 4, True, 2)
+    assert SCHEDULES["area"].bram_reg and not SCHEDULES["latency"].bram_reg
+    area = plan_top(c, 24, pipeline="area")
+    lean = plan_top(c, 24, pipeline="latency", adder_levels=SCHEDULES["area"].adder_levels)
+    assert area["layers"][0]["fold"]["rom"]["style"] == "block"
+    assert area["latency"] == lean["latency"] + 2
+    area3 = plan_top(c, 3, pipeline="area")
+    assert area3["layers"][0]["fold"]["rom"]["style"] == "logic"
+    assert area3["latency"] == plan_top(c, 3, pipeline="latency", adder_levels=6)["latency"]

@@ -40,6 +40,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ...graphs import limits
 from ...graphs.ir import GraphError
 from .io import q
 from .layout import act_shape, attrs
@@ -129,6 +130,8 @@ class _Model:
         outputs = [o for o in outputs]
         nodes = self.closure(outputs, set(feeds))
         feeds = dict(feeds)
+        if any(np.asarray(v).size > limits.MAX_TENSOR_ELEMENTS for v in feeds.values()):
+            raise ValueError("a probe of the pattern exceeds MAX_TENSOR_ELEMENTS")
         for i in self.shape_feeds:
             feeds[i] = np.zeros((batch,) + tuple(self.info[i][1:]), dtype=np.float64)
         read = {i for n in nodes for i in n.input}
@@ -288,8 +291,7 @@ def _forward(m: _Model, start: str) -> tuple[str, list[onnx.NodeProto]]:
             break
         nodes.append(n)
         t = n.output[0]
-    # back off trailing layout ops that leave the tensor not batch-first: decided by the fit
-    return t, nodes
+    return t, nodes  # whether t is batch-first: the fit of the output decides
 
 
 def _score_chain(m: _Model, sm: onnx.NodeProto) -> tuple[onnx.NodeProto, float, str | None,
@@ -308,13 +310,16 @@ def _score_chain(m: _Model, sm: onnx.NodeProto) -> tuple[onnx.NodeProto, float, 
         elif n.op_type == "Add" and mask is None:
             d = _dyn_inputs(m, n)
             if len(d) == 2:
-                other = n.input[1] if m.producer.get(n.input[0]) is not None and \
-                    _leads_to_matmul(m, n.input[0]) else n.input[0]
+                scores = [i for i in d if _leads_to_matmul(m, i)]
+                if not scores:
+                    return None  # not attention scores: a Softmax of some other sum
+                other = d[1] if scores[0] == d[0] else d[0]
                 raise _err(n, f"the attention mask {q(other)} is computed from an input (a "
                            "data-dependent mask); only constant masks are supported")
             mask = n.input[1] if n.input[0] in m.dynamic else n.input[0]
             t = d[0]
-        elif n.op_type == "Where" and len(_dyn_inputs(m, n)) >= 1 and not m.is_const(n.input[0]):
+        elif (n.op_type == "Where" and not m.is_const(n.input[0])
+              and any(_leads_to_matmul(m, i) for i in n.input[1:])):
             raise _err(n, f"the attention mask {q(n.input[0])} is computed from an input (a "
                        "data-dependent mask); only constant masks are supported")
         elif n.op_type in ("Identity", "Cast"):
@@ -448,7 +453,7 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     return sol[:-1], sol[-1], res
 
 
-def _probe_shape(m: _Model, info: dict[str, list[int | None]], x: str, site: onnx.NodeProto
+def _probe_shape(info: dict[str, list[int | None]], x: str, site: onnx.NodeProto
                  ) -> tuple[int, ...]:
     shp = info.get(x)
     if shp is None or len(shp) != 3 or any(d is None for d in shp[1:]):
@@ -489,7 +494,8 @@ def _attention(m: _Model, sm: onnx.NodeProto, info: dict, out: _Fused, k: int) -
         return
     mm2 = cons[0]
     a = attrs(sm)
-    if int(a.get("axis", -1 if m.opset >= 13 else 1)) not in (-1, 3, 2):
+    rank = len(info.get(sm.input[0]) or []) or 4
+    if int(a.get("axis", -1 if m.opset >= 13 else 1)) % rank != rank - 1:
         raise _err(sm, "attention's Softmax must be over the keys (the last axis)")
     rng0 = np.random.default_rng(1000 + k)
     shq = m.info.get(mm1.input[0])
@@ -510,7 +516,7 @@ def _attention(m: _Model, sm: onnx.NodeProto, info: dict, out: _Fused, k: int) -
                    "(q, k, v projections of one token sequence) is supported")
     x = pq.source
     y, f_nodes = _forward(m, mm2.output[0])
-    b, t, d = _probe_shape(m, info, x, mm1)
+    b, t, d = _probe_shape(info, x, mm1)
     rng = np.random.default_rng(k)
     probes = [rng.normal(0, 1, (b, t, d)) for _ in range(3)]
     try:
@@ -819,9 +825,11 @@ def attention(im: ImportState, node: onnx.NodeProto) -> None:
     """The fused Attention node (DOMAIN): q, k, v per-sample (T, H*d) [, constant mask]."""
     a = attrs(node)
     qn, kn, vn = node.input[:3]
-    t = act_shape(im, qn)[0]
-    hdv = act_shape(im, vn)[-1]
-    act_shape(im, kn)
+    (t, hdk), (s, hdk2), (s2, hdv) = act_shape(im, qn), act_shape(im, kn), act_shape(im, vn)
+    h = int(a["heads"])
+    if hdk != hdk2 or s != s2 or h < 1 or hdk % h or hdv % h:
+        raise im.err(node, f"q {[t, hdk]}, k {[s, hdk2]}, v {[s2, hdv]} do not split into "
+                     f"{h} heads")
     ins = [qn, kn, vn]
     if len(node.input) > 3:
         mn = im.src(node.input[3])

@@ -71,10 +71,81 @@ def channels_last(im: ImportState, node: onnx.NodeProto, x: str) -> str:
     """The IR tensor holding x channels-last, for a standard (channels-first) spatial op."""
     if x in im.cf:
         return im.src(x)
+    if x in im.channels_last:  # made for an earlier reader
+        return im.channels_last[x]
     shp = act_shape(im, x)
     if len(shp) < 2:
         raise im.err(node, f"input {x!r} of per-sample shape {list(shp)} has no spatial axis")
-    return _move(im, node, x, shp, to_cl(len(shp)), "nhwc")
+    t = _move(im, node, x, shp, to_cl(len(shp)), "nhwc")
+    im.channels_last[x] = t
+    return t
+
+
+def nchw_inputs(im: ImportState, inputs: list[str]) -> None:
+    """The graph inputs that are channels-first frames read only by ops that take a
+    channels-last frame (standard spatial ops, a Pad folded into one, element-wise
+    activations, quantizers with one scale), in a model with spatial ops: each is moved to
+    channels-last once, at its first reader (`im.pending_cf`; `to_channels_last`), so every
+    reader shares one reorder that graphs/passes/host.py layout_ends gives the host, rather
+    than a Transpose per reader, or a Transpose after an activation, left in the circuit."""
+    nodes = list(im.g.node)
+    std = ("", "ai.onnx")
+    if not any(n.op_type in SPATIAL_OPS and n.domain in std for n in nodes):
+        return
+    outs = {o.name for o in im.g.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in nodes:
+        for i in set(n.input):
+            readers.setdefault(i, []).append(n)
+    for x in inputs:
+        if x in outs or x in im.swapped or not 2 <= len(im.shapes[x]) <= 3:
+            continue
+        if _reaches_spatial_only(im, x, readers, outs):
+            im.pending_cf.add(x)
+
+
+def _reaches_spatial_only(im: ImportState, x: str, readers: dict, outs: set[str]) -> bool:
+    """Whether the paths from x through element-wise ops (activations, quantizers with one
+    scale, a Pad, residual joins) reach a standard spatial op reading it as its frame, and
+    nothing else but graph outputs: then x is a channels-first frame (an NHWC input read by
+    a channels_last-domain op, a Transpose or a Flatten is not)."""
+    todo, seen, spatial = [x], set(), False
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        rs = readers.get(t, [])
+        if len(seen) > 256 or (t == x and t in outs):
+            return False
+        for n in rs:
+            join = n.domain in ("", "ai.onnx") and n.op_type in ("Add", "Sub", "Mul")
+            if list(n.input).count(t) != 1 or (n.input[0] != t and not join):
+                return False
+            if join:  # a residual join of two frames (or a frame and a constant)
+                todo.append(n.output[0])
+                continue
+            if n.domain in ("", "ai.onnx") and n.op_type in SPATIAL_OPS:
+                spatial = True
+                continue
+            if n.op_type in ("Quant", "BipolarQuant", "Trunc"):
+                if not all(im.is_const(i) for i in n.input[1:] if i):
+                    return False
+            elif not (n.domain in ("", "ai.onnx") and n.op_type in _FOLLOW + ("Pad",)):
+                return False
+            todo.append(n.output[0])
+    return spatial
+
+
+def to_channels_last(im: ImportState, node: onnx.NodeProto) -> None:
+    """At the first reader of a pending channels-first input: its channels-last copy (named
+    after that reader, as `channels_last` names it), and the input marked (im.cf) so every
+    reader takes the copy."""
+    for x in [i for i in node.input if i in im.pending_cf]:
+        im.pending_cf.discard(x)
+        t = channels_last(im, node, x)
+        im.alias[x] = t
+        im.cf.add(x)
 
 
 def _move(im: ImportState, node: onnx.NodeProto, x: str, shp: tuple[int, ...], perm: list[int],
@@ -137,6 +208,8 @@ def layout_consumer(im: ImportState, node: onnx.NodeProto, handle, binary) -> No
         if (std and op in _FOLLOW) or (quant and _uniform(im, ins[1:])):
             handle(node)
             return _mark(im, node, im.cf)
+        if quant and len(acts) == 1 and node.input[0] in im.cf:
+            return _quant_marked(im, node, handle)
         if std and op in ("Add", "Sub", "Mul", "Div") and len(acts) == 2:
             handle(node)
             return _mark(im, node, im.cf)
@@ -220,6 +293,32 @@ def _binary_marked(im: ImportState, node: onnx.NodeProto, binary) -> None:
         raise im.err(node, f"constant {c!r} has rank {cv.ndim}, over the activation's {r + 1}")
     cv = cv.reshape((1,) * (r + 1 - cv.ndim) + cv.shape)
     binary(im, node, cv.transpose([0] + [p + 1 for p in to_cl(r)]))
+    im.cf.add(node.output[0])
+
+
+def _quant_marked(im: ImportState, node: onnx.NodeProto, handle) -> None:
+    """A quantizer with per-channel (or other non-uniform) constant parameters on a marked
+    frame: each such parameter, broadcast as ONNX does against (N, C, *S), transposed into
+    the channels-last layout (brevitas' per-channel activation scales (1, C, 1, 1) become
+    per-channel scales of the last axis)."""
+    x = node.input[0]
+    r = len(act_shape(im, x))
+    n2 = onnx.NodeProto()
+    n2.CopyFrom(node)
+    for k in range(1, len(node.input)):
+        nm = node.input[k]
+        if not nm:
+            continue
+        v = np.asarray(im.const(nm))
+        if v.size == 1:
+            continue
+        if v.ndim > r + 1:
+            raise im.err(node, f"parameter {nm!r} has rank {v.ndim}, over the activation's "
+                         f"{r + 1}")
+        v = v.reshape((1,) * (r + 1 - v.ndim) + v.shape).transpose([0] + [p + 1 for p in
+                                                                         to_cl(r)])
+        n2.input[k] = im.add_const(im.fresh(f"{im.src(nm)}_nhwc"), np.ascontiguousarray(v))
+    handle(n2)
     im.cf.add(node.output[0])
 
 

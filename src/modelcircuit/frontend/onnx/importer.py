@@ -42,7 +42,9 @@ from .channels import (
     layout_consumer,
     marked,
     materialize,
+    nchw_inputs,
     onnx_shape,
+    to_channels_last,
     transpose_plain,
 )
 from .checks import (
@@ -148,6 +150,7 @@ class _Importer(ImportState):
         self.g = self.model.graph
         inits = self.load_initializers()
         inputs = self.load_inputs(inits)
+        nchw_inputs(self, inputs)
         for node in self.g.node:
             self.visit(node)
         self.node = None
@@ -192,6 +195,8 @@ class _Importer(ImportState):
             self.record_outputs(node)
             return
         node = padded_reader(self, node)
+        if self.pending_cf and any(i in self.pending_cf for i in node.input):
+            to_channels_last(self, node)
         quant = op in _QUANTIZERS
         cl_op = node.domain == CHANNELS_LAST and op in CHANNELS_LAST_OPS
         if not quant and not cl_op and (node.domain not in ("", "ai.onnx")

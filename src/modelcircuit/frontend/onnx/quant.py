@@ -174,6 +174,10 @@ def _per_sample(im: ImportState, x: str, v: np.ndarray) -> np.ndarray:
     if u.size == 1:
         return np.asarray(u[0], dtype=np.float64)
     full = im.full_shape(x)
+    if v.ndim <= len(full):  # varying along the last axis only (per channel): kept (C,)
+        lead = np.asarray(v).reshape((1,) * (len(full) - v.ndim) + v.shape)
+        if all(d == 1 for d in lead.shape[:-1]) and lead.shape[-1] == full[-1] > 1:
+            return lead.reshape(-1).astype(np.float64).copy()
     return np.broadcast_to(v, full)[0].astype(np.float64).copy()
 
 

@@ -155,12 +155,11 @@ def pool(im: ImportState, node: onnx.NodeProto, cl_domain: bool = False) -> None
             raise im.err(node, "storage_order must be 0 or 1")
         return im.emit(node, "MaxPool", [xi], node.output[0], out, kernel=kernel,
                        strides=strides, pads=pads)
+    extra = {}
     if any(pads) and not im.flag(node, a, "count_include_pad", 0):
-        raise im.unsupported(node, "count_include_pad", "AveragePool with padding and "
-                             "count_include_pad=0 (a divisor per window) is not supported; "
-                             "count_include_pad=1 is")
+        extra["exclude_pad"] = True  # a divisor per window: its positions inside the input
     im.emit(node, "AvgPool", [xi], node.output[0], out, kernel=kernel, strides=strides,
-            pads=pads)
+            pads=pads, **extra)
 
 
 _COORD = ("half_pixel", "pytorch_half_pixel", "asymmetric", "tf_half_pixel_for_nn",

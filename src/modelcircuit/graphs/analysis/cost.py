@@ -77,12 +77,30 @@ def node_cost(g: Graph, node: Node, profile: dict[str, Any] | None = None) -> No
     elif node.op == Op.SOFTMAX:
         flops = 4 * out.size
         mults = out.size
+    elif node.op in (Op.MATMUL, Op.ATTENTION, Op.LAYER_NORM):
+        flops = _attention_flops(g, node)
     nbytes = sum(_bytes(g, i) for i in node.inputs if i) + _bytes(g, node.outputs[0])
     pred = None
     if profile and profile.get("kind") == "gpu":
         peak = profile["fp32_tflops"] * 1e12
         pred = max(flops / peak, nbytes / (profile["bandwidth_gbs"] * 1e9))
     return NodeCost(node.name, node.op, int(flops), int(nbytes), mults, shifts, zeros, pred)
+
+
+def _attention_flops(g: Graph, node: Node) -> int:
+    """MatMul of two activations: 2K per output. Attention (q (T, H dk), k (S, H dk),
+    v (S, H dv)): 2 dk per score, one for its scale, Softmax's 4 per score, 2 per score and
+    output column for p @ v. LayerNorm: 7 per element (the sum, the difference, its square
+    and sum, the normalisation, gamma and beta). Products of two activations are not counted
+    as multipliers: those are the circuit's to plan (hdl/flow)."""
+    out = g.tensor(node.outputs[0])
+    if node.op == Op.MATMUL:
+        return 2 * g.tensor(node.inputs[0]).shape[-1] * out.size
+    if node.op == Op.LAYER_NORM:
+        return 7 * out.size
+    (t, hdk), (s, hdv) = g.tensor(node.inputs[0]).shape, g.tensor(node.inputs[2]).shape
+    h = int(node.get("heads"))
+    return t * s * (2 * hdk + 5 * h + 2 * hdv)
 
 
 def ledger(g: Graph, profile: dict[str, Any] | None = None) -> list[NodeCost]:

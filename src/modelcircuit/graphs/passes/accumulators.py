@@ -22,13 +22,18 @@ from ..ops import (
     AvgPoolAttrs,
     Op,
     attrs,
+    window_counts,
 )
 from ..types import FixedType, TypeError_, type_for_range
 
 
 def dense_range(xt: FixedType, w: np.ndarray, b: np.ndarray | None, bt: FixedType | None,
                 wt: FixedType) -> tuple[int, int, int]:
-    """(lo, hi, frac) of the exact accumulator; Python ints, no overflow possible."""
+    """(lo, hi, frac) of the exact accumulator; Python ints, no overflow possible (int64
+    where every partial sum provably stays under 2**62, else Python ints)."""
+    fast = _dense_range_int64(xt, w, b, bt, wt)
+    if fast is not None:
+        return fast
     w = np.asarray(w, dtype=object)
     lo_p = np.minimum(w * xt.qmin, w * xt.qmax)
     hi_p = np.maximum(w * xt.qmin, w * xt.qmax)
@@ -44,6 +49,48 @@ def dense_range(xt: FixedType, w: np.ndarray, b: np.ndarray | None, bt: FixedTyp
     return int(min(lo_col.min(), 0)), int(max(hi_col.max(), 0)), frac
 
 
+def _integral_int64(v: np.ndarray) -> np.ndarray | None:
+    """v as int64 if every value is an integer under 2**53 in magnitude, else None."""
+    v = np.asarray(v)
+    if v.dtype.kind in "iub":
+        return v.astype(np.int64) if v.size == 0 or int(np.abs(v).max()) < (1 << 53) else None
+    if v.dtype.kind != "f" or not np.all(np.isfinite(v)) or (v.size and (
+            np.abs(v).max() >= 2.0 ** 53 or not np.array_equal(v, np.round(v)))):
+        return None
+    return v.astype(np.int64)
+
+
+def _dense_range_int64(xt: FixedType, w: np.ndarray, b: np.ndarray | None,
+                       bt: FixedType | None, wt: FixedType) -> tuple[int, int, int] | None:
+    """dense_range in int64 (the same integers, ~100x faster on big layers) where the
+    weights and bias are integers and every sum is bounded under 2**62; None otherwise."""
+    wi = _integral_int64(w)
+    if wi is None or wi.ndim != 2 or wi.size == 0:
+        return None
+    xmax = max(abs(xt.qmin), abs(xt.qmax))
+    bound = int(np.abs(wi).max()) * xmax * wi.shape[0]
+    frac = xt.frac + wt.frac
+    sh_acc = sh_b = 0
+    bi = None
+    if b is not None and bt is not None:
+        bi = _integral_int64(b)
+        if bi is None:
+            return None
+        bf = max(frac, bt.frac)
+        sh_acc, sh_b = bf - frac, bf - bt.frac
+        bound = (bound << sh_acc) + ((int(np.abs(bi).max()) if bi.size else 0) << sh_b)
+        frac = bf
+    if bound >= 1 << 62:
+        return None
+    a, c = wi * xt.qmin, wi * xt.qmax
+    lo_col = np.minimum(a, c).sum(axis=0)
+    hi_col = np.maximum(a, c).sum(axis=0)
+    if bi is not None:
+        lo_col = (lo_col << sh_acc) + (bi << sh_b)
+        hi_col = (hi_col << sh_acc) + (bi << sh_b)
+    return int(min(int(lo_col.min()), 0)), int(max(int(hi_col.max()), 0)), frac
+
+
 def linear_weights(g: Graph, node: Node) -> np.ndarray:
     """A Dense's (K, N) weights, or a Conv's as (window * Cin/group, Cout): each output
     channel's exact range is that of a Dense column (a padded position contributes 0, which
@@ -56,15 +103,28 @@ def avg_recip(node: Node, acc: FixedType, count: int) -> tuple[FixedType, int]:
     """The reciprocal of an AvgPool's window count as a fixed-point constant: exact for a
     power of two (F = log2(count)), else round(2**F / count) with F = 32 fractional bits (at
     most what keeps sum * recip within 62 bits)."""
-    if count & (count - 1) == 0:
-        f = count.bit_length() - 1
+    rt, codes = avg_recips(node, acc, [count])
+    return rt, int(codes[count])
+
+
+def avg_recips(node: Node, acc: FixedType, counts) -> tuple[FixedType, np.ndarray]:
+    """The reciprocals of the window counts `counts` (count_include_pad=0: one per window
+    geometry) in one fixed-point type: a table indexed by the count, entry c = round(2**F /
+    c) (half up), entry 0 unused (0). F = log2 of the largest count where every count is a
+    power of two (each reciprocal exact), else 32 (at most what keeps sum * recip within 62
+    bits)."""
+    cs = sorted({int(c) for c in counts})
+    if all(c & (c - 1) == 0 for c in cs):
+        f = cs[-1].bit_length() - 1
     else:
         f = min(32, 62 - acc.width - 1)
         if f < 8:
             raise GraphError(f"node {node.name} (AvgPool): the window sum is {acc.width} bits "
                              "wide, too wide to divide by the window size in 64 bits")
-    code = (2 * (1 << f) + count) // (2 * count)  # round half up
-    return FixedType(f + 2, 2, False), code
+    table = np.zeros(cs[-1] + 1, dtype=np.int64)
+    for c in range(1, cs[-1] + 1):
+        table[c] = (2 * (1 << f) + c) // (2 * c)  # round half up
+    return FixedType(f + 2, 2, False), table
 
 
 def _check(node: Node, lo: int, hi: int, frac: int, what: str) -> FixedType:
@@ -147,13 +207,19 @@ def accumulator_types(g: Graph) -> Graph:
                     tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]], dtype=acc)
             elif node.op == Op.AVG_POOL and isinstance(in_t[0], FixedType):
                 xt = in_t[0]
-                count = int(np.prod(AvgPoolAttrs.of(node).kernel))
+                pa = AvgPoolAttrs.of(node)
+                count = int(np.prod(pa.kernel))
                 acc = _check(node, count * xt.qmin, count * xt.qmax, xt.frac, "window sum")
-                rt, code = avg_recip(node, acc, count)
+                if pa.exclude_pad:  # a reciprocal per window count, indexed by the count
+                    isp = tuple(tensors[node.inputs[0]].shape[:-1])
+                    rt, code = avg_recips(node, acc, window_counts(
+                        isp, pa.kernel, pa.strides, pa.pads).reshape(-1))
+                else:
+                    rt, code = avg_recip(node, acc, count)
                 rn = f"{node.name}_recip"
                 consts = dict(g.constants)
                 consts[rn] = np.asarray(code, dtype=np.int64)
-                tensors[rn] = Tensor(rn, (), rt)
+                tensors[rn] = Tensor(rn, np.shape(code), rt)
                 g = g.replace(constants=consts)
                 node = node.with_attrs(acc=str(acc), recip_type=str(rt))
                 node = dataclasses.replace(node, inputs=(node.inputs[0], rn))

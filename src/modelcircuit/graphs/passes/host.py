@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from ..ir import Graph, Node
 from ..ops import LAYOUT, Op
 from ..types import FLOAT32, FixedType
@@ -115,11 +117,29 @@ def _single_chain(g: Graph, start: str, ok) -> list[Node]:
     return nodes
 
 
+# element-wise ops of one activation whose constants (if any) do not depend on the position:
+# a layout move of codes commutes with them
+_POINTWISE = frozenset({Op.REQUANT, Op.BIPOLAR, Op.RELU, Op.CLIP, Op.TRUNC, Op.LUT,
+                        Op.LEAKY_RELU})
+
+
+def _pointwise(g: Graph, n: Node) -> bool:
+    """A fixed-point element-wise op that commutes with a layout move: one activation, and
+    no per-position constant (a LeakyRelu's alpha one value; a Lut's table is indexed by the
+    value, not the position)."""
+    if n.op not in _POINTWISE or not isinstance(g.tensor(n.outputs[0]).dtype, FixedType):
+        return False
+    consts = [i for i in n.inputs[1:] if i]
+    if not all(g.is_const(i) for i in consts):
+        return False
+    return n.op != Op.LEAKY_RELU or all(np.asarray(g.constants[i]).size == 1 for i in consts)
+
+
 def _moves_first(g: Graph, start: str, chain: list[Node]) -> tuple[Graph, list[Node]]:
-    """The chain (requantizations and layout moves of fixed-point codes) with its moves first:
-    a move of codes commutes with an element-wise requantization, so the circuit keeps the
-    model's input quantizer whatever layout the model declares. Returns the graph and the
-    moves (now reading `start`)."""
+    """The chain (element-wise ops of fixed-point codes: requantizations, ReLU, Clip, ...,
+    and layout moves) with its moves first: a move of codes commutes with an element-wise
+    op, so the circuit keeps the model's input quantizer and activation whatever layout the
+    model declares. Returns the graph and the moves (now reading `start`)."""
     moves = [n for n in chain if n.op in LAYOUT]
     reqs = [n for n in chain if n.op not in LAYOUT]
     if not reqs or chain[:len(moves)] == moves:
@@ -136,10 +156,10 @@ def _moves_first(g: Graph, start: str, chain: list[Node]) -> tuple[Graph, list[N
     last = chain[-1].outputs[0]
     if last in g.outputs:
         return g, moves
-    for r in reqs:  # each quantizer keeps its output's name (traces, comparisons)
+    for r in reqs:  # each op keeps its output's name (traces, comparisons)
         o = r.outputs[0]
         tensors[o] = dataclasses.replace(g.tensor(o), shape=shape)
-        new.append(dataclasses.replace(r, inputs=(cur,)))
+        new.append(dataclasses.replace(r, inputs=(cur,) + tuple(r.inputs[1:])))
         cur = o
     first = g.nodes.index(chain[0])
     gone = {n.name for n in chain}
@@ -159,10 +179,12 @@ def layout_ends(g: Graph) -> Graph:
     head = list(g.get_meta("host_head") or ())
     tail = list(g.get_meta("host_tail") or ())
     start = g.node(head[-1]).outputs[0] if head else g.inputs[0]
-    # the input's layout moves, with the element-wise requantizations between them (an input
-    # quantizer before a Transpose): up to the last move
-    chain = _single_chain(g, start, lambda n: n.op in LAYOUT or (
-        n.op == Op.REQUANT and isinstance(g.tensor(n.outputs[0]).dtype, FixedType)))
+    # the input's layout moves, with the element-wise ops between them (an input quantizer,
+    # a ReLU before a Transpose): up to the last move
+    chain = _single_chain(g, start, lambda n: n.op in LAYOUT or _pointwise(g, n))
+    if not isinstance(g.tensor(start).dtype, FixedType):  # float codes: only a quantizer
+        cut = [i for i, n in enumerate(chain) if n.op not in LAYOUT and n.op != Op.REQUANT]
+        chain = chain[:cut[0]] if cut else chain
     while chain and chain[-1].op not in LAYOUT:
         chain.pop()
     new_head = head

@@ -33,12 +33,19 @@ def factor_columns(w: np.ndarray, scales: tuple[float, ...]) -> tuple[np.ndarray
     `scales` (tried largest first: the fewest code bits); None if some column has none."""
     codes = np.zeros_like(w, dtype=np.float64)
     col_scale = np.ones(w.shape[1], dtype=np.float64)
+    sv = np.asarray(scales, dtype=np.float64)
     with np.errstate(all="ignore"):
         for j in range(w.shape[1]):
             col = w[:, j]
             if not np.any(col):
                 continue
-            for s in scales:
+            # candidates: the scales under which the column's largest element is a code (a
+            # necessary condition of the test below, the same arithmetic, for every scale at
+            # once: a model with per-channel scales has thousands)
+            v = col[np.argmax(np.abs(col))]
+            cv = np.round(v / sv)
+            ok = (np.abs(cv) < MAX_CODE) & (cv * sv == v)
+            for s in (scales[i] for i in np.flatnonzero(ok)):
                 c = np.round(col / s)
                 if np.all(np.abs(c) < MAX_CODE) and np.array_equal(c * s, col):
                     codes[:, j], col_scale[j] = c, s
@@ -56,12 +63,36 @@ def _scalar(g: Graph, name: str) -> float | None:
     return float(u[0]) if u.size == 1 else None
 
 
-def _input_scale(g: Graph, x: str) -> tuple[str, float, float, set[str]]:
-    """(codes tensor, scale, zero point, nodes absorbed) of a Dense input s * (q - z)."""
+def _per_channel(g: Graph, name: str, channels: int) -> np.ndarray | None:
+    """A constant that varies along the last (channel) axis only, as (channels,), or None."""
+    if not g.is_const(name):
+        return None
+    v = np.asarray(g.constants[name], dtype=np.float64)
+    if v.ndim == 0 or v.shape[-1] != channels or any(d != 1 for d in v.shape[:-1]):
+        return None
+    return v.reshape(channels)
+
+
+def _depthwise(g: Graph, d: Node | None) -> int:
+    """The input channels of a depthwise Conv (group = its input channels), else 0."""
+    if d is None or d.op != Op.CONV:
+        return 0
+    cin = int(g.tensor(d.inputs[0]).shape[-1])
+    return cin if ConvAttrs.of(d).group == cin > 1 else 0
+
+
+def _input_scale(g: Graph, x: str, reader: Node | None = None
+                 ) -> tuple[str, float | np.ndarray, float | np.ndarray, set[str]]:
+    """(codes tensor, scale, zero point, nodes absorbed) of a Dense input s * (q - z). Into a
+    depthwise Conv (each output channel reads one input channel) the scale and zero point may
+    be per channel: (Cin,) arrays."""
     p = g.producer(x)
     if p is None or p.op != Op.MUL or single_consumer(g, x) is None:
         return x, 1.0, 0.0, set()
     s = _scalar(g, p.inputs[1])
+    cin = _depthwise(g, reader)
+    if s is None and cin and isinstance(g.tensor(p.inputs[0]).dtype, FixedType):
+        s = _per_channel(g, p.inputs[1], cin)
     if s is None:
         if g.is_const(p.inputs[1]) and isinstance(g.tensor(p.inputs[0]).dtype, FixedType):
             raise GraphError(
@@ -74,6 +105,8 @@ def _input_scale(g: Graph, x: str) -> tuple[str, float, float, set[str]]:
     a = g.producer(cur)
     if a is not None and a.op == Op.ADD and single_consumer(g, cur) is not None:
         neg_z = _scalar(g, a.inputs[1])
+        if neg_z is None and cin:
+            neg_z = _per_channel(g, a.inputs[1], cin)
         if neg_z is not None:
             cur, z, used = a.inputs[0], -neg_z, used | {a.name}
     if not isinstance(g.tensor(cur).dtype, FixedType):
@@ -215,6 +248,16 @@ def split_shared_scales(g: Graph) -> Graph:
     return g
 
 
+def _float_input_frame(g: Graph, src: str) -> bool:
+    """The model's own float input frame (through its channels-last move), read by a Conv
+    with quantized weights and no input quantizer (brevitas_examples' ResNet-18): the input
+    gets the compile's fixed-point type, so the Conv is an integer one on its codes."""
+    p = g.producer(src)
+    while p is not None and p.op in LAYOUT:
+        src, p = p.inputs[0], g.producer(p.inputs[0])
+    return src in g.inputs and g.tensor(src).dtype is None and len(g.tensor(src).shape) >= 2
+
+
 def factor_scales(g: Graph) -> Graph:
     g = split_shared_scales(g)
     g = sink_scales(g)
@@ -223,16 +266,21 @@ def factor_scales(g: Graph) -> Graph:
     for d in list(g.nodes):
         if d.op not in LINEAR or g.tensor(d.outputs[0]).dtype is not None:
             continue
-        src, s, z, used = _input_scale(g, d.inputs[0])
-        if not isinstance(_typed(g, src), FixedType):
+        src, s, z, used = _input_scale(g, d.inputs[0], d)
+        if not isinstance(_typed(g, src), FixedType) and not _float_input_frame(g, src):
             continue
         wname = d.inputs[1]
         w_full = np.asarray(g.constants[wname], dtype=np.float64)
         # a Conv's weights as a Dense's columns: (window * Cin/group, Cout)
         w = w_full if d.op == Op.DENSE else w_full.reshape(-1, w_full.shape[-1])
-        if d.op == Op.CONV and z != 0.0 and any(ConvAttrs.of(d).pads):
+        if np.ndim(s) or np.ndim(z):  # per channel into a depthwise Conv: output o reads
+            mult = w.shape[1] // _depthwise(g, d)  # input channel o // multiplier
+            s = np.repeat(np.broadcast_to(s, (_depthwise(g, d),)), mult)
+            z = np.repeat(np.broadcast_to(z, (_depthwise(g, d),)), mult)
+        if d.op == Op.CONV and np.any(z != 0.0) and any(ConvAttrs.of(d).pads):
+            zs = f"{z:g}" if np.ndim(z) == 0 else f"{float(z[np.argmax(np.abs(z))]):g}"
             raise GraphError(f"node {d.name} (Conv): its input quantizer has zero point "
-                             f"{z:g}, and the padding (value 0, code {z:g}) is not the code 0 "
+                             f"{zs}, and the padding (value 0, code {zs}) is not the code 0 "
                              "the integer Conv pads with; a zero point with padding is not "
                              "supported")
         wt = g.tensor(wname).dtype
@@ -246,7 +294,7 @@ def factor_scales(g: Graph) -> Graph:
             new_w = True
         float_bias = (len(d.inputs) > 2 and g.tensor(d.inputs[2]).dtype is None
                       and bool(g.get_meta("typed_by_model")))
-        if not new_w and s == 1.0 and z == 0.0 and not float_bias:
+        if not new_w and np.all(s == 1.0) and np.all(z == 0.0) and not float_bias:
             continue
         k = s * col_scale
         b = (np.asarray(g.constants[d.inputs[2]], dtype=np.float64) if len(d.inputs) > 2

@@ -25,6 +25,9 @@ from ._util import splice
 from .accumulators import dense_range, linear_weights
 
 MAX_CODES = 1 << 16  # input ranges up to this are walked code by code, wider ones bisected
+# ... and only while codes x channels stays under this: a wide layer (a MobileNet's 1024
+# channels of 2**16 codes: 67M chain evaluations) is bisected too, O(levels * log range)
+EXHAUSTIVE_WORK = 1 << 22
 MAX_LEVELS = 1 << 12  # output levels of one quantizer turned into thresholds
 
 
@@ -171,7 +174,7 @@ def float_chains_to_thresholds(g: Graph) -> Graph:
             y = sess.run(None, {src: x})[0].astype(np.float64)
             return quantize(y)
 
-        if hi - lo + 1 <= MAX_CODES:
+        if hi - lo + 1 <= MAX_CODES and (hi - lo + 1) * channels <= EXHAUSTIVE_WORK:
             ths, sts, bases = _exhaustive(run, lo, hi, channels)
         else:
             ths, sts, bases = _bisect(run, lo, hi, channels, r)

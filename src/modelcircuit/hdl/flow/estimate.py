@@ -125,6 +125,10 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
                     "sx": bool(getattr(tx, "signed", True)),
                     "ww": _width(g, n.inputs[1]), "wo": _width(g, n.outputs[0]),
                     "acc": accw + 1})
+        if n.op == Op.CONV:  # depthwise: one lane per channel (depthwise_cost)
+            dw = depthwise_shape(compiled, n)
+            if dw is not None:
+                out[-1]["depthwise"] = dw
     return out
 
 
@@ -195,6 +199,8 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
     at R = 1, as an adder graph ("da")."""
     if layer.get("flat"):
         return flat_cost(layer, r)
+    if layer.get("depthwise"):
+        return depthwise_cost(layer, r, lean, strategy)
     if r == 1 and strategy == "da":
         return da_cost(layer)
     if r == 1:
@@ -220,6 +226,8 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
         # registers; no extra coefficient/chunk/product registers
         pw = wx + cw
         ff = f.r_in * f.c * wx + f.c * wx + lanes * pw + f.m * acc + n_out * wo
+        if bram and SCHEDULES["area"].bram_reg:  # the read and the chunk once more (an
+            ff += width + f.c * wx  # upper bound for "latency", which has no bram_reg)
         lut = rom + tree + f.r_in * f.c * wx + 2 * f.m * acc + n_out * wo + 60
         return LayerCost(layer["node"], r, mults, int(lut), max(1, 2 * wx * cw), int(ff),
                          depth + LEAN_FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
@@ -230,6 +238,58 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
           + f.m * acc + n_out * wo + (levels // 2) * lanes * acc)
     return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * cw), int(ff),
                      depth + FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
+
+
+def depthwise_shape(compiled: CompiledGraph, node: Any) -> tuple[int, int, bool] | None:
+    """(kh*kw, Cout, global) of a depthwise Conv on a pixel stream, else None."""
+    if node.op != Op.CONV:
+        return None
+    g = compiled.graph
+    a = ConvAttrs.of(node)
+    w = np.asarray(g.constants.get(node.inputs[1], np.zeros((0,))))
+    shp = g.tensor(g.activations(node)[0]).shape
+    if w.ndim < 3 or not (int(a.group) > 1 and int(a.group) == int(shp[-1])
+                          and w.shape[-2] == 1):
+        return None
+    kk = int(np.prod(w.shape[:-2]))
+    return kk, int(w.shape[-1]), tuple(a.kernel) == tuple(shp[:-1]) and not any(a.pads)
+
+
+def depthwise_cost(layer: dict[str, Any], r: int, lean: bool = False,
+                   strategy: str = "mult") -> LayerCost:
+    """A dense_layers entry with "depthwise" = (taps, Cout, global) at reuse r: C lanes of
+    a (kh*kw, 1) Dense at r (hdl/streamed/depthwise.py DepthwiseDense), or, global (the
+    window is the frame), C products and accumulators (GlobalDepthwise)."""
+    kk, cout, glob = layer["depthwise"]
+    if glob:  # per channel one product (ROM coefficient or constant) and one accumulator
+        wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
+        return LayerCost(layer["node"], 2, cout, int(cout * (acc + 2 * wo)),
+                         max(1, wx * ww // 2), int(cout * (wx + 2 * acc + wo)), 4,
+                         lut_per_mul_min=max(1, wx * ww // 2))
+    memo = layer.setdefault("_depthwise_costs", {})
+    key = (max(1, min(r, kk)), lean, strategy)
+    if key not in memo:
+        memo[key] = _lanes_cost(layer, kk, cout, *key)
+    return memo[key]
+
+
+def _lanes_cost(layer: dict[str, Any], kk: int, cout: int, r: int, lean: bool,
+                strategy: str) -> LayerCost:
+    w = layer["w"]
+    cin = w.shape[0] // kk
+    mult = cout // max(1, cin)
+    costs = []
+    for o in range(cout):
+        lane = dict(layer, w=w[np.arange(kk) * cin + o // mult, o].reshape(kk, 1),
+                    node=layer["node"])
+        lane.pop("depthwise")
+        lane.pop("_depthwise_costs", None)
+        costs.append(layer_cost(lane, r, lean, strategy))
+    c0 = costs[0]
+    return LayerCost(layer["node"], c0.reuse, sum(c.multipliers for c in costs),
+                     sum(c.lut for c in costs), c0.lut_per_mul, sum(c.ff for c in costs),
+                     max(c.latency_extra for c in costs), sum(c.bram for c in costs),
+                     c0.soft, c0.lut_per_mul_min)
 
 
 def adder_graph(layer: dict[str, Any]) -> Any:

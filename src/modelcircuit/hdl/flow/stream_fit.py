@@ -33,6 +33,7 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
 from .estimate import bram_tiles
+from .threshold_cost import threshold_costs, threshold_layers
 
 
 @dataclass
@@ -308,6 +309,7 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
     scale = cal.get("lut_scale", cal.get("cell_scale", 1.0))
     lay_of = {lay["node"]: lay for lay in fx.layers}
     bud = fx.budget
+    thl = threshold_layers(compiled)
 
     def scorer(wl: float, wf: float, wb: float) -> Any:
         def score(node: str, r: int) -> float:
@@ -340,7 +342,8 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
                 continue
             seen.add(key)
             any_within = True
-            est = estimate(fx.costs(trial) + [glue0], bud["dsp"], fx.family, fx.io)
+            est = estimate(fx.costs(trial) + [glue0] + threshold_costs(thl, t, fx.family, geom),
+                           bud["dsp"], fx.family, fx.io)
             if fx.fits_estimate(est):
                 plan = trial
                 break
@@ -355,7 +358,9 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
     if plan is None:  # the least frame time within 10 % of the least overuse
         least = min(o for o, _, _ in tried)
         plan = min((x for x in tried if x[0] <= least * 1.1), key=lambda x: x[1])[2]
-    costs = fx.costs(plan)
+    # the Threshold searches at the plan's frame time (their ROMs counted with the weights)
+    thr = threshold_costs(thl, _frame_time(busy, plan), fx.family, geom)
+    costs = fx.costs(plan) + thr
     wb = sum(c.bram for c in costs)
     blk, glue = stream_block(compiled, plan, fx.family, geom, bud["bram"], wb,
                              clock_mhz(fx.prof, None), pipeline)
@@ -365,11 +370,17 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
     est["bram"] = blk["bram"]["total"]
     fp.estimate = est
     fp.ii = blk["ii_per_pixel"]
+    fp.layers += [c.to_json() for c in thr]
     fp.layers.append(glue.to_json())
     blk["logic_fits"] = fitted
     blk["over"] = _over(est, fx)
     fp.stream = blk
     return fp
+
+
+def _frame_time(busy: dict[str, tuple[int, int]], plan: dict[str, int]) -> int:
+    """The busiest layer's cycles per frame at the plan's reuse (the frame time)."""
+    return max([b + (int(plan.get(n, 1)) - 1) * p for n, (b, p) in busy.items()] + [1])
 
 
 def _over(est: dict[str, int], fx: Any) -> dict[str, dict[str, int]]:
@@ -422,7 +433,12 @@ def check_streamed(compiled: CompiledGraph, fx: Any, fp: Any, plan: dict[str, in
     from .tools import FitError
 
     geom = tuple(fx.layers[0]["bram_geom"]) if fx.layers else (36, 512)
-    costs = fx.costs(plan)
+    g = compiled.graph
+    nodes = {n.name: n for n in g.nodes}
+    busy = {lay["node"]: _busy_fn(g, nodes[lay["node"]], lay) for lay in fx.layers}
+    thr = threshold_costs(threshold_layers(compiled), _frame_time(busy, plan), fx.family,
+                          geom)
+    costs = fx.costs(plan) + thr
     wb = sum(c.bram for c in costs)
     try:
         blk, glue = stream_block(compiled, plan, fx.family, geom, fx.budget["bram"], wb,

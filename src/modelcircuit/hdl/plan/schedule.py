@@ -57,6 +57,12 @@ class Schedule:
     # to LUTs ("fmax": an ECP5 block RAM's clock-to-out, 5.8 ns, alone is most of a
     # 150 MHz cycle; a LUT ROM costs about a LUT4 per 16 words per bit)
     rom_bram_depth: int = 16
+    # lean folds whose coefficient ROM is a block RAM: its read registered once more and
+    # the products registered before the tree ("area", iCE40: the digits MLP's clock was set
+    # by an SB_RAM40's clock-to-out, 4 ns of routing, a logic product and the accumulator
+    # in one stage, 34.9 MHz on an UP5K); one cycle more per such layer, plus the product
+    # register the plan may have put later
+    bram_reg: bool = False
 
     @property
     def fold_stages(self) -> int:
@@ -68,7 +74,7 @@ class Schedule:
 # "fmax": >= 150 MHz on an ECP5.
 SCHEDULES = {"latency": Schedule(4, 1, 0, 0, lean=True),
              "fmax": Schedule(2, None, 2, 3, credits=True, rom_bram_depth=128),
-             "area": Schedule(6, 1, 0, 0, lean=True)}
+             "area": Schedule(6, 1, 0, 0, lean=True, bram_reg=True)}
 DEFAULT_ADDER_LEVELS = SCHEDULES["latency"].adder_levels  # 4
 FPGA_ADDER_LEVELS = SCHEDULES["fmax"].adder_levels
 

@@ -16,6 +16,7 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import LAYOUT, LINEAR, RECURRENT, TABLE_OPS, Op
 from ..errors import HdlError
+from ..streamed.threshold import fold_thresholds, search_levels
 from .fold import coef_width, layer_size, size_bound
 
 
@@ -94,7 +95,10 @@ def other_size(g: Any) -> tuple[int, int]:
         size = int(shp[-1]) if streamed and len(shp) >= 2 else int(g.tensor(n.outputs[0]).size)
         if n.op == Op.THRESHOLD and n.inputs[1] in g.constants:
             thr = np.asarray(g.constants[n.inputs[1]])
-            size *= max(1, int(thr.shape[-1]) if thr.ndim else 1)
+            k = max(1, int(thr.shape[-1]) if thr.ndim else 1)
+            if streamed and len(shp) >= 2 and fold_thresholds(k):
+                k = search_levels(k)  # the search (hdl/streamed/threshold.py): L compares
+            size *= k
         ops += size
         if n.op in TABLE_OPS or n.op in RECURRENT:
             first = 1 if n.op in TABLE_OPS else (6 if n.op == Op.LSTM else 5)  # gate tables

@@ -4,9 +4,12 @@ AvgPool, Resize: graphs/ops.py SPATIAL).
 Every channels-last activation ((L, C) or (H, W, C)) is a pixel stream: one token of C codes
 per spatial position, raster order (cnn_ir.md, "Streaming"). Per node:
 - Conv -> `WindowUnit` with a `Dense` (hdl/units/dense.py) over the kh*kw*Cin window, its
-  weights block-diagonal for group > 1 (depthwise: one input channel per output channel;
-  zero weights cost nothing at reuse 1); reuse from the plan (parallel over the output
-  channels, folded over the window's inputs);
+  weights block-diagonal for 1 < group < Cin; reuse from the plan (parallel over the output
+  channels, folded over the window's inputs); a depthwise Conv (group = Cin) -> one Dense
+  lane per channel, or, over the whole frame, an accumulator per channel
+  (hdl/streamed/depthwise.py);
+- Threshold with many thresholds per channel -> a binary search on lanes
+  (hdl/streamed/threshold.py); with few, the comparators per pixel as below;
 - MaxPool / AvgPool -> `WindowUnit` with `WindowMax` / `WindowAvg`;
 - Resize -> `ResizeUnit` (+ a requantization if the output type differs);
 - Concat on the last axis -> a per-pixel join (each part requantized to the output type);
@@ -53,7 +56,9 @@ from ..vector.lower import LOWERING as VECTOR_LOWERING
 from ..vector.lower import Options, lower_node
 from .attention import lower_attention, lower_layer_norm, streams_tokens
 from .dense import FlatDense, conv_weights
+from .depthwise import depthwise_unit, is_depthwise
 from .recurrent import RecurrentUnit, SelectUnit
+from .threshold import ThresholdFold, fold_thresholds
 from .top import INPUT, StreamDesign
 from .units import (
     CollectUnit,
@@ -177,8 +182,18 @@ def _window(lw: _Lowering, node: Node, inst: str) -> None:
         w = np.asarray(g.constants[node.inputs[1]], dtype=np.int64)
         geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
         w4 = w.reshape((1,) + w.shape) if w.ndim == 3 else w
-        wd = conv_weights(w4, a.group)
         bn = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+        if is_depthwise(w4, a.group, geo.c):  # one MAC lane per channel (depthwise.py)
+            r = int(opt.reuse.get(node.name, 1))
+            unit = depthwise_unit(geo, tok, w4, _t(g, node.inputs[1], node),
+                                  None if bn is None else np.asarray(g.constants[bn]),
+                                  None if bn is None else _t(g, bn, node), tout, a.acc,
+                                  a.relu, r, opt.adder_levels, opt.schedule,
+                                  opt.strategy if isinstance(opt.strategy, str)
+                                  else opt.strategy.get(node.name, "mult"))
+            lw.add(inst, node, unit, [s], True, reuse=r, kind="depthwise")
+            return
+        wd = conv_weights(w4, a.group)
         inner: Any = Dense(tx, wd, _t(g, node.inputs[1], node),
                            None if bn is None else np.asarray(g.constants[bn]),
                            None if bn is None else _t(g, bn, node), tout, a.acc,
@@ -193,6 +208,9 @@ def _window(lw: _Lowering, node: Node, inst: str) -> None:
         pad, cout = tx.qmin, geo.c
     else:
         a = AvgPoolAttrs.of(node)
+        if a.exclude_pad:
+            raise HdlError(f"{where}: AveragePool with count_include_pad=0 (a divisor per "
+                           "window) has no streamed circuit yet; count_include_pad=1 has")
         if a.recip_type is None or len(node.inputs) < 2:
             raise HdlError(f"{where}: no reciprocal; compile the graph first")
         geo = geometry(ishape, a.kernel, a.strides, a.pads, where)
@@ -376,6 +394,28 @@ def _per_pixel(lw: _Lowering, node: Node, inst: str) -> None:
            [i[0] for i in ins], True)
 
 
+def _threshold(lw: _Lowering, node: Node, inst: str) -> None:
+    """Threshold on a pixel stream: from FOLD_MIN_THRESHOLDS thresholds per channel on, the
+    binary search (hdl/streamed/threshold.py), else the comparators per pixel."""
+    g, ins = lw.g, lw.ins(node)
+    thr = np.asarray(g.constants.get(node.inputs[1], np.zeros((0, 0))))
+    c = ins[0][1].elements if len(ins) == 1 else 0
+    if (len(ins) != 1 or not ins[0][2] or thr.ndim != 2 or thr.shape[0] not in (1, c)
+            or not fold_thresholds(thr.shape[1])):
+        _per_pixel(lw, node, inst)
+        return
+    s, tok, _ = ins[0]
+    tout = _t(g, node.outputs[0], node)
+    # as many cycles per pixel as the busiest unit before it takes (the frame time is at
+    # least that): its channels on that many fewer lanes
+    per = max(1, tok.per_frame)
+    budget = max([u.busy() for _, u, _ in lw.d.units] + [per]) // per
+    unit = ThresholdFold(_t(g, node.inputs[0], node), c, thr, g.constants[node.inputs[2]],
+                         g.constants[node.inputs[3]], tout, -(-c // max(1, budget)))
+    lw.add(inst, node, MapUnit(unit, [tok], Tok(tout, c, tok.per_frame)), [s], True,
+           kind=f"threshold search, {unit.levels} stages, {unit.lanes} lanes")
+
+
 def _vector(lw: _Lowering, node: Node, inst: str) -> None:
     """A node after a Flatten: the whole-vector lowering (hdl/vector/lower.py), one token
     per frame."""
@@ -407,10 +447,12 @@ STREAM_LOWERING: dict[Op, StreamLower] = {
     Op.LSTM: _recurrent, Op.GRU: _recurrent,
     Op.GATHER: _gather,
     Op.ATTENTION: lower_attention, Op.LAYER_NORM: lower_layer_norm,  # hdl/streamed/attention.py
-    **{op: _per_pixel for op in (Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR, Op.THRESHOLD,
+    Op.THRESHOLD: _threshold,
+    **{op: _per_pixel for op in (Op.RELU, Op.LEAKY_RELU, Op.REQUANT, Op.BIPOLAR,
                                  Op.ADD, Op.SUB, Op.MUL, Op.LUT, Op.CLIP, Op.TRUNC)},
 }
-PIXEL_OPS = frozenset(op for op, fn in STREAM_LOWERING.items() if fn is _per_pixel)
+PIXEL_OPS = frozenset(op for op, fn in STREAM_LOWERING.items()
+                      if fn in (_per_pixel, _threshold))
 STREAM_REFUSED: dict[Op, str] = {
     op: "no streaming circuit on a pixel stream (after a Flatten it runs on the whole vector, "
         "hdl/vector/lower.py)"

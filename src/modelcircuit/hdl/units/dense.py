@@ -47,7 +47,10 @@ Latency = steps + FOLD_STAGES (7, hdl/plan/schedule.py) + tree registers + requa
 registers. The "area" preset (iCE40) and "latency" drop the extra coefficient and chunk
 registers and plan the product register with the adder tree (LEAN_FOLD_STAGES, 3, + the
 planned registers): on a small part every register fed by a register is a logic cell of
-its own.
+its own. "area" keeps one of them where the ROM is a block RAM (Schedule.bram_reg): the
+read and the chunk registered once more and the products alone in their stage, so the
+RAM's clock-to-out, a logic product and the accumulator never share a stage (+1 cycle,
++ the product register where the plan had none).
 """
 
 from __future__ import annotations
@@ -429,21 +432,25 @@ class DenseFolded(FoldStages, Dense):
         self.multipliers = sum(1 for v in self.lanes.values() if v[1] == "mul")
         self.shifts = sum(1 for v in self.lanes.values() if v[1] == "shift")
         self.levels = tree_levels(f.c)
+        mul_lanes = [v[0] for v in self.lanes.values() if v[1] == "mul"]
+        self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
+        self.rom_width = self.cw * len(mul_lanes)
+        self.rom_depth = f.steps if mul_lanes else 0
+        self.rom_block = self.rom_depth >= self.pipe.rom_bram_depth
+        # lean, block RAM and `bram_reg`: the read registered, the products alone in their
+        # stage (Schedule.bram_reg)
+        self.rom_reg = self.pipe.lean and self.rom_block and self.pipe.bram_reg
         if self.pipe.lean:  # product, tree levels, accumulate: registers as planned
-            flags = plan_stages([self.pipe.mul_levels or L] + [1] * self.levels + [1], L)
+            mul_w = L if self.rom_reg else (self.pipe.mul_levels or L)
+            flags = plan_stages([mul_w] + [1] * self.levels + [1], L)
             self.prod_reg, self.tree_flags = flags[0], flags[1:1 + self.levels]
         else:  # products registered twice (DSP out, then near the tree)
             self.prod_reg = True
             self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
         self.tree_regs = sum(self.tree_flags) + (self.pipe.lean and self.prod_reg)
         self.rq_flags = plan_stages(rq, L)
-        self.latency = (f.steps + self.pipe.fold_stages + self.tree_regs
+        self.latency = (f.steps + self.pipe.fold_stages + self.rom_reg + self.tree_regs
                         + sum(self.rq_flags))
-        mul_lanes = [v[0] for v in self.lanes.values() if v[1] == "mul"]
-        self.cw = max([max(abs(x) for x in col).bit_length() + 1 for col in mul_lanes] + [1])
-        self.rom_width = self.cw * len(mul_lanes)
-        self.rom_depth = f.steps if mul_lanes else 0
-        self.rom_block = self.rom_depth >= self.pipe.rom_bram_depth
         # products the device builds in logic, with a second product register to spare:
         # split over 2-bit slices of the coefficient (dense_fold._fold_products: each
         # x * slice is one adder, its AND in the carry chain's own LUTs; the slices are

@@ -26,6 +26,7 @@ class FoldStages:
     rom_width: int
     rom_depth: int
     rom_block: bool
+    rom_reg: bool  # lean: the block RAM's read registered once more (Schedule.bram_reg)
     split_k: int  # coefficient slice width of split logic products (0: not split)
     prod_reg: bool
     rq_flags: list[bool]
@@ -104,6 +105,10 @@ class FoldStages:
         f = self.fold
         lean = self.pipe.lean
         coef: dict[tuple[int, int], Value] = {}
+        if lean and self.rom_reg:  # the block RAM's read, and the chunk with it, once more
+            if mul_keys:
+                data = self.regs(m, [data], "coef")[0]
+            xa = self.regs(m, xa, "xb")
         if mul_keys:
             cw = data if lean else self.regs(m, self.regs(m, [data], "coef")[:1], "coefd")[0]
             for li, key in enumerate(mul_keys):
