@@ -17,7 +17,8 @@ An item is `model[=precision]@device[:board]`: `three_layer_keras=fixed<8,3>@gw1
 digits MLP on the Tang Nano 9K board (pins, clock, bitstream) `digits_mlp@gw1nr-9:tang-nano-9k`
 (items are split at commas outside <>). With --merge the JSON file's rows for other
 (model, device, precision, board) are kept, and the file is written after every run, so a
-series of slow runs under an outer time box keeps the ones that finished.
+series of slow runs under an outer time box keeps the ones that finished (a row is replaced
+only by a run of the same item with the same --reuse and --pipeline).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def split_items(text: str) -> list[str]:
 
 
 def run_one(name: str, device: str, keep: Path | None, precision: str | None = None,
-            board: str | None = None) -> dict:
+            board: str | None = None, reuse: object = "auto", pipeline: str | None = None
+            ) -> dict:
     import numpy as np
 
     g = mc.load_onnx(model_path(name))
@@ -80,7 +82,7 @@ def run_one(name: str, device: str, keep: Path | None, precision: str | None = N
     out = (keep or Path(tempfile.mkdtemp(prefix="bench-fpga-"))) / tag
     t0 = time.perf_counter()
     try:
-        rep = build(c, device, out, board=board, reuse="auto",
+        rep = build(c, device, out, board=board, reuse=reuse, pipeline=pipeline,
                     progress=lambda s: print(f"  {name}: {s}", file=sys.stderr, flush=True))
     except FlowError as e:
         return {"model": name, "device": device, "precision": precision, "board": board,
@@ -88,6 +90,7 @@ def run_one(name: str, device: str, keep: Path | None, precision: str | None = N
                 "wall_s": round(time.perf_counter() - t0, 1)}
     m = rep["model"]
     return {"model": name, "device": device, "board": board, "precision": m["precision"],
+            "yosys_cells": rep.get("yosys_cells"),
             "reuse": m["reuse"], "wall_s": round(time.perf_counter() - t0, 1),
             "files": rep.get("files"),
             "pipeline": m.get("pipeline"), "adder_levels": m.get("adder_levels"),
@@ -105,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="ecp5-85k")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "fpga.json"))
     ap.add_argument("--keep", help="keep the build directories here")
+    ap.add_argument("--reuse", default="auto",
+                    help="auto (default), N, or a JSON object {layer: N} for every item")
+    ap.add_argument("--pipeline", help="register schedule (default: the device family's)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the JSON file's other rows; write it after every run")
     a = ap.parse_args(argv)
@@ -114,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         kept = json.loads(Path(a.json).read_text()).get("rows", [])
 
     def ident(r: dict) -> tuple:
-        return (r.get("model"), r.get("device"), r.get("precision"), r.get("board"))
+        asked = r.get("asked") or {}
+        return (r.get("model"), r.get("device"), r.get("precision"), r.get("board"),
+                str(asked.get("reuse", "auto")), asked.get("pipeline"))
 
     def write() -> None:
         mine = {ident(r) for r in rows}
@@ -128,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         if not model_path(name).exists():
             print(f"skip {name}: {model_path(name)} is absent", file=sys.stderr)
             continue
-        rows.append(run_one(name, device, Path(a.keep) if a.keep else None, prec, board))
+        reuse = (a.reuse if a.reuse == "auto" else int(a.reuse) if a.reuse.isdigit()
+                 else json.loads(a.reuse))
+        row = run_one(name, device, Path(a.keep) if a.keep else None, prec, board, reuse,
+                      a.pipeline)
+        row["asked"] = {"reuse": a.reuse, "pipeline": a.pipeline}
+        rows.append(row)
         if a.merge:
             write()
     hdr = f"{'model':20s} {'device':11s} {'II':>4s} {'cycles':>6s} {'Fmax':>7s} {'lat ns':>8s} {'LUT':>7s} {'FF':>7s} {'DSP':>4s} {'BRAM':>4s}  reuse / tool s"

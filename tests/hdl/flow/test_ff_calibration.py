@@ -2,12 +2,14 @@
 the UART wrapper (its frame registers counted, estimate.wrapper_ff) and their synthesis keeps
 more registers than the layer model counts (fpga.json "ff_scale", per schedule). Checked
 against flip-flop counts that yosys gave for these exact designs (synth_gowin / synth_nexus
-after the flow's prep, the digits MLP at fixed<6,3> calibrated on its test split, placed in
-the wrapper, 2026-12-05): the estimate may not undercount them by more than 5 % nor
+after the flow's prep, placed in the wrapper, 2026-12-05: the digits MLP at fixed<6,3>
+calibrated on its test split, the jet tagger three_layer_keras at fixed<8,3>): the estimate may not undercount them by more than 5 % nor
 overcount by more than 25 %. ECP5 and iCE40 keep their old estimate (no wrapper term, no
 scale)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,15 +17,22 @@ import pytest
 from modelcircuit.api import compile
 from modelcircuit.data import bundled
 from modelcircuit.frontend.onnx.importer import load_onnx
-from modelcircuit.hdl.flow import fpga_profile
+from modelcircuit.hdl.flow import FitError, fpga_profile
 from modelcircuit.hdl.flow.estimate import UART_FF, wrapper_ff
-from modelcircuit.hdl.flow.fit import check_plan, fit_reuse
+from modelcircuit.hdl.flow.fit import check_plan, estimate_plan, fit_reuse
 
-# (device, schedule, reuse of fc1/fc2/fc3) -> flip-flops in yosys `stat` after synthesis
+JET = Path(__file__).resolve().parents[4] / "shared" / "models" / "three_layer_keras.onnx"
+JET_LAYERS = tuple(f"_class__keras_layers_core_Dense__{s}" for s in ("", "1", "2", "3"))
+DIGITS_LAYERS = ("fc1_matmul", "fc2_matmul", "fc3_matmul")
+
+# (model, device, schedule, reuse per layer) -> flip-flops in yosys `stat` after synthesis
 MEASURED = {
-    ("gw1nr-9", "fmax", (128, 128, 128)): 4788,
-    ("gw1nr-9", "area", (320, 352, 320)): 2244,
-    ("lifcl-40", "fmax", (32, 32, 32)): 9393,
+    ("digits", "gw1nr-9", "fmax", (128, 128, 128)): 4788,
+    ("digits", "gw1nr-9", "area", (320, 352, 320)): 2244,
+    ("digits", "lifcl-40", "fmax", (32, 32, 32)): 9393,
+    ("jet", "gw1nr-9", "fmax", (352, 384, 352, 160)): 5628,
+    ("jet", "gw1nr-9", "fmax", (1024, 1024, 1024, 160)): 6812,  # the valid chain: 3279
+    ("jet", "gw1nr-9", "area", (352, 384, 352, 160)): 3111,
 }
 
 
@@ -33,11 +42,20 @@ def _digits(device: str):
                    profile=device, calibrate=x)
 
 
-@pytest.mark.parametrize("key", list(MEASURED), ids=lambda k: f"{k[0]}-{k[1]}")
+def _jet(device: str):
+    if not JET.exists():
+        pytest.skip(f"{JET} is absent")
+    return compile(load_onnx(JET), precision="fixed<8,3>", profile=device)
+
+
+@pytest.mark.parametrize("key", list(MEASURED),
+                         ids=lambda k: f"{k[0]}-{k[1]}-{k[2]}-{k[3][0]}")
 def test_ff_estimate_covers_synthesis(key) -> None:
-    device, sched, reuse = key
-    plan = dict(zip(("fc1_matmul", "fc2_matmul", "fc3_matmul"), reuse, strict=True))
-    est = check_plan(_digits(device), fpga_profile(device), plan, sched).estimate["ff"]
+    model, device, sched, reuse = key
+    names = DIGITS_LAYERS if model == "digits" else JET_LAYERS
+    plan = dict(zip(names, reuse, strict=True))
+    c = _digits(device) if model == "digits" else _jet(device)
+    est = estimate_plan(c, fpga_profile(device), plan, sched)["ff"]  # over the device too
     got = MEASURED[key]
     assert got <= 1.05 * est <= 1.05 * 1.25 * got, (key, est, got)
 
@@ -54,6 +72,14 @@ def test_lattice_ff_estimate_is_the_layers_sum(device: str) -> None:
     fits are as before."""
     fp = fit_reuse(_digits(device), fpga_profile(device))
     assert fp.estimate["ff"] == sum(lay["ff"] for lay in fp.layers)
+
+
+def test_jet_tagger_refused_on_gw1nr9_before_synthesis() -> None:
+    """At fixed<8,3> with the "fmax" schedule the valid chain grows with the II: no plan
+    keeps to the GW1NR-9's flip-flops (R 1024/1024/1024/160 synthesized to 6812 FF, over
+    its 6480): --reuse auto refuses with the estimate instead of synthesizing."""
+    with pytest.raises(FitError, match=r"does not fit gw1nr-9 even at the largest reuse.*FF \(80% of 6480\)"):
+        fit_reuse(_jet("gw1nr-9"), fpga_profile("gw1nr-9"), pipeline="fmax")
 
 
 def test_gowin_plan_keeps_to_the_ff_margin() -> None:

@@ -31,15 +31,20 @@ of width W ~W LUT4 (carry chain).
   192/192/96 4858 against 3976; fixed<4,2> R 128/128/64 4045 against 3160.
 - Flip-flops on Gowin and Nexus (issue 27; `ff_scale` per schedule, `wrapper_ff`): these
   families place the model inside the UART wrapper (build._place), whose frame registers
-  (`wrapper_ff`) the layers' sum leaves out, and their synthesis keeps more registers
-  than the layer model counts. yosys 0.70 `stat` after synth_gowin / synth_nexus, model
-  in the wrapper: digits fixed<6,3> on gw1nr-9, "fmax" R 128 4788 FF against a raw 2955
-  (+528 wrapper): 1.44; the jet tagger fixed<8,3>, R 352/384/352/160, 5628 against 3431
-  (+~270): 1.56; "fmax" scale 1.55. "area" R 320/352/320: 2244 against 1552: 1.1. Nexus
-  (lifcl-40) digits R 32: 9393 against 8099: 1.08, 1.1 (its "area" not measured: the
-  same). On Gowin the flip-flops run out before the LUTs (GW1NR-9: 6480 FF for 8640
-  LUT4), so its fit keeps them to `ff_margin` (0.8) of the device (issue 27: a digits
-  plan at 87 % of them did not place).
+  (`wrapper_ff`) the layers' sum leaves out, as it leaves out the valid chain of a schedule
+  that is not lean (a register per cycle of latency, vector/top.py `_valid`:
+  `valid_chain_ff`), and their synthesis keeps more registers than the layer model counts.
+  yosys 0.70 `stat` after synth_gowin / synth_nexus, model in the wrapper, against the
+  layers + chain (+ wrapper): gw1nr-9 "fmax", digits fixed<6,3> R 128: 4788 against 2955 +
+  405 (+544): 1.26; R 192/160/64 (nextpnr's count) 4602 against 2724 + 437: 1.28; the jet
+  tagger fixed<8,3> R 352/384/352/160: 5628 against 3431 + 1295 (+264): 1.14, R
+  1024/1024/1024/160: 6812 against 2849 + 3279: 1.07; "fmax" scale 1.3. "area": digits R
+  320/352/320 2244 against 1552: 1.1, the jet tagger R 352/384/352/160 3111 against 2880:
+  0.99; scale 1.1. Nexus (lifcl-40) digits R 32: 9393 against 8099 + 117: 1.08; 1.1 (its
+  "area" not measured: the same). On Gowin the flip-flops run out before the LUTs
+  (GW1NR-9: 6480 FF for 8640 LUT4), so its fit keeps them to `ff_margin` (0.8) of the
+  device (issue 27: a digits plan at 87 % of them did not place). ECP5 and iCE40 have no
+  `ff_scale`: their flip-flop estimate is the layers' sum, as before.
 """
 
 from __future__ import annotations
@@ -380,6 +385,12 @@ def wrapper_ff(io_bits: tuple[int, int]) -> int:
     return 8 * -(-int(in_bits) // 8) + 8 * -(-int(out_bits) // 8) + UART_FF
 
 
+def valid_chain_ff(costs: list[LayerCost]) -> int:
+    """Registers of the valid chain of a schedule that is not lean: one per cycle of the
+    layers' latency (their latency_extra, in sequence)."""
+    return sum(max(0, int(c.latency_extra)) for c in costs)
+
+
 def estimate(costs: list[LayerCost], dsp_budget: int, family_name: str = "ecp5",
              io_bits: tuple[int, int] = (0, 0), least: bool = False,
              lean: bool = False) -> dict[str, int]:
@@ -408,6 +419,8 @@ def estimate(costs: list[LayerCost], dsp_budget: int, family_name: str = "ecp5",
                                                              if c.reuse == 1)
     ff = sum(c.ff for c in costs)
     if cal.get("ff_scale"):  # per schedule: what the model leaves out, as measured
+        if not lean:  # the input handshake delayed by a register per cycle of latency
+            ff += valid_chain_ff(costs)  # (vector/top.py _valid; lean: down-counters)
         ff = ff * float(cal["ff_scale"]["area" if lean else "fmax"])
     if cal.get("wrapper_ff"):  # placed inside the UART wrapper (build._place)
         ff += wrapper_ff(io_bits)

@@ -344,6 +344,13 @@ def check_plan(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[str, in
     return fp
 
 
+def estimate_plan(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[str, int],
+                  pipeline: str | None = None) -> dict[str, int]:
+    """The estimate of a reuse plan on `prof` with `pipeline` (the family's default when
+    None), refused or not: what fit_reuse and check_plan compare with the budget."""
+    return _context(compiled, prof, None, None, pipeline).estimate(dict(plan))
+
+
 # -- `--reuse auto` for the circuit ---------------------------------------------------------
 DEFAULT_FIT_DEVICE = "ecp5-85k"
 
