@@ -17,7 +17,7 @@ import pytest
 from modelcircuit.api import compile
 from modelcircuit.data import bundled
 from modelcircuit.frontend.onnx.importer import load_onnx
-from modelcircuit.hdl.flow import FitError, fpga_profile
+from modelcircuit.hdl.flow import FitError, fpga_profile, plan_build
 from modelcircuit.hdl.flow.estimate import UART_FF, wrapper_ff
 from modelcircuit.hdl.flow.fit import check_plan, estimate_plan, fit_reuse
 
@@ -93,3 +93,24 @@ def test_gowin_plan_keeps_to_the_ff_margin() -> None:
     assert fp.ii > 128
     r128 = check_plan(d, prof, {n: 128 for n in fp.reuse}, "fmax").estimate["ff"]
     assert r128 + 400 > 0.8 * prof["ff"]
+
+
+def test_gowin_falls_back_to_the_area_schedule() -> None:
+    """The digits MLP at fixed<8,3> on a GW1NR-9: no "fmax" plan keeps to its flip-flops
+    (R 192/160/64 synthesized to 5621 FF, 87 %, and did not place), so --reuse auto plans
+    it with Gowin's fallback schedule "area"; a schedule the user names is kept (refused
+    here), and where neither fits the error says both."""
+    prof = fpga_profile("gw1nr-9")
+    d = compile(load_onnx(bundled("digits_mlp.onnx")), precision="fixed<8,3>",
+                profile="gw1nr-9")
+    plan, fp = plan_build(d, prof, "auto")
+    assert plan.schedule_name == "area"
+    assert fp.estimate["ff"] + 400 <= 0.8 * prof["ff"]
+    with pytest.raises(FitError, match="does not fit gw1nr-9"):
+        plan_build(d, prof, "auto", pipeline="fmax")
+    with pytest.raises(FitError, match=r"does not fit gw1nr-9.*with the 'area' schedule: "
+                                       r"estimated"):
+        plan_build(_jet("gw1nr-9"), prof, "auto")
+    # ECP5 has no fallback: its default schedule's plan as before
+    e = plan_build(d, fpga_profile("ecp5-25k"), "auto")[0]
+    assert e.schedule_name == "fmax"
