@@ -11,13 +11,21 @@ DSPs, so that design does not fit that part). Prints a table and writes JSON
 
 Run: .venv/bin/python bench/fpga.py [--models digits_mlp@ice40-up5k,digits_mlp@ecp5-25k,
                                              three_layer_keras,qkeras_jettagging]
-     [--device ecp5-85k] [--json FILE] [--keep DIR]
+     [--device ecp5-85k] [--json FILE] [--keep DIR] [--merge]
+
+An item is `model[=precision]@device[:board]`: `three_layer_keras=fixed<8,3>@gw1nr-9`, the
+digits MLP on the Tang Nano 9K board (pins, clock, bitstream) `digits_mlp@gw1nr-9:tang-nano-9k`
+(items are split at commas outside <>). With --merge the JSON file's rows for other
+(model, device, precision, board) are kept, and the file is written after every run, so a
+series of slow runs under an outer time box keeps the ones that finished (a row is replaced
+only by a run of the same item with the same --reuse and --pipeline).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
@@ -45,7 +53,22 @@ def model_path(name: str) -> Path:
     return DATA / f"{name}.onnx" if (DATA / f"{name}.onnx").exists() else MODELS / f"{name}.onnx"
 
 
-def run_one(name: str, device: str, keep: Path | None) -> dict:
+def parse_item(item: str, default_device: str) -> tuple[str, str | None, str, str | None]:
+    """`model[=precision]@device[:board]` -> (model, precision or None, device, board)."""
+    head, _, where = item.partition("@")
+    name, _, prec = head.partition("=")
+    device, _, board = (where or default_device).partition(":")
+    return name, prec or PRECISION.get(name), device, board or None
+
+
+def split_items(text: str) -> list[str]:
+    """Items separated by commas outside <> (fixed<8,3> keeps its comma)."""
+    return [t.strip() for t in re.split(r",(?![^<>]*>)", text) if t.strip()]
+
+
+def run_one(name: str, device: str, keep: Path | None, precision: str | None = None,
+            board: str | None = None, reuse: object = "auto", pipeline: str | None = None
+            ) -> dict:
     import numpy as np
 
     g = mc.load_onnx(model_path(name))
@@ -53,17 +76,23 @@ def run_one(name: str, device: str, keep: Path | None) -> dict:
     if name == "digits_mlp":  # calibrated: 96.9 % test accuracy at fixed<6,3>, as float
         cal = np.load(DATA / "digits_test.npz")["x"].astype(np.float32)
     t0 = time.perf_counter()
-    c = compile(g, precision=PRECISION.get(name), profile=device, calibrate=cal)
+    c = compile(g, precision=precision, profile=device, calibrate=cal)
     compile_s = time.perf_counter() - t0
-    out = (keep or Path(tempfile.mkdtemp(prefix="bench-fpga-"))) / f"{name}-{device}"
+    tag = f"{name}-{device}" + (f"-{board}" if board else "")
+    out = (keep or Path(tempfile.mkdtemp(prefix="bench-fpga-"))) / tag
+    t0 = time.perf_counter()
     try:
-        rep = build(c, device, out, reuse="auto",
+        rep = build(c, device, out, board=board, reuse=reuse, pipeline=pipeline,
                     progress=lambda s: print(f"  {name}: {s}", file=sys.stderr, flush=True))
     except FlowError as e:
-        return {"model": name, "device": device, "error": str(e).splitlines()[0],
-                "compile_s": round(compile_s, 2)}
+        return {"model": name, "device": device, "precision": precision, "board": board,
+                "error": str(e).splitlines()[0], "compile_s": round(compile_s, 2),
+                "wall_s": round(time.perf_counter() - t0, 1)}
     m = rep["model"]
-    return {"model": name, "device": device, "precision": m["precision"], "reuse": m["reuse"],
+    return {"model": name, "device": device, "board": board, "precision": m["precision"],
+            "yosys_cells": rep.get("yosys_cells"),
+            "reuse": m["reuse"], "wall_s": round(time.perf_counter() - t0, 1),
+            "files": rep.get("files"),
             "pipeline": m.get("pipeline"), "adder_levels": m.get("adder_levels"),
             "ii": m["ii"], "latency_cycles": m["latency_cycles"], "fmax_mhz": rep["fmax_mhz"],
             "latency_ns": m["latency_ns"], **rep["resources"],
@@ -79,14 +108,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="ecp5-85k")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "fpga.json"))
     ap.add_argument("--keep", help="keep the build directories here")
+    ap.add_argument("--reuse", default="auto",
+                    help="auto (default), N, or a JSON object {layer: N} for every item")
+    ap.add_argument("--pipeline", help="register schedule (default: the device family's)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the JSON file's other rows; write it after every run")
     a = ap.parse_args(argv)
-    rows = []
-    for item in a.models.split(","):
-        name, _, device = item.partition("@")
+    rows: list[dict] = []
+    kept: list[dict] = []
+    if a.merge and Path(a.json).exists():
+        kept = json.loads(Path(a.json).read_text()).get("rows", [])
+
+    def ident(r: dict) -> tuple:
+        asked = r.get("asked") or {}
+        return (r.get("model"), r.get("device"), r.get("precision"), r.get("board"),
+                str(asked.get("reuse", "auto")), asked.get("pipeline"))
+
+    def write() -> None:
+        mine = {ident(r) for r in rows}
+        allrows = [r for r in kept if ident(r) not in mine] + rows
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps({"rows": allrows, "hls4ml": HLS4ML}, indent=1,
+                                           default=str) + "\n")
+
+    for item in split_items(a.models):
+        name, prec, device, board = parse_item(item, a.device)
         if not model_path(name).exists():
             print(f"skip {name}: {model_path(name)} is absent", file=sys.stderr)
             continue
-        rows.append(run_one(name, device or a.device, Path(a.keep) if a.keep else None))
+        reuse = (a.reuse if a.reuse == "auto" else int(a.reuse) if a.reuse.isdigit()
+                 else json.loads(a.reuse))
+        row = run_one(name, device, Path(a.keep) if a.keep else None, prec, board, reuse,
+                      a.pipeline)
+        row["asked"] = {"reuse": a.reuse, "pipeline": a.pipeline}
+        rows.append(row)
+        if a.merge:
+            write()
     hdr = f"{'model':20s} {'device':11s} {'II':>4s} {'cycles':>6s} {'Fmax':>7s} {'lat ns':>8s} {'LUT':>7s} {'FF':>7s} {'DSP':>4s} {'BRAM':>4s}  reuse / tool s"
     print(hdr)
     for r in rows:
@@ -99,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     h = HLS4ML
     print(f"{'hls4ml (published)':20s} {'xczu3eg':11s} {h['ii']:>4} {h['latency_cycles']:>6} {h['clock_mhz']:>7.1f} "
           f"{1e3 * h['latency_cycles'] / h['clock_mhz']:>8.1f} {'-':>7} {'-':>7} {h['dsp']:>4} {'-':>4}  {h['device']}")
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps({"rows": rows, "hls4ml": HLS4ML}, indent=1, default=str) + "\n")
+    write()
     print(f"wrote {a.json}")
     return 0
 

@@ -48,13 +48,14 @@ def plan_build(compiled: CompiledGraph, prof: dict[str, Any], reuse: Any = None,
     require_fixed_point(compiled.graph, "the FPGA flow")  # before any estimate
     if isinstance(reuse, CircuitPlan):
         return reuse, check_plan(compiled, prof, dict(reuse.reuse), reuse.schedule_name)
+    chosen = pipeline
     if pipeline is None:
         pipeline = default_schedule(prof["name"])
     resolve_schedule(compiled, pipeline, adder_levels)  # a bad schedule option fails first
     if reuse is None:
         reuse = compiled.options.get("reuse", 1) if hasattr(compiled, "options") else 1
     if isinstance(reuse, str) and reuse == "auto":
-        fp = fit_reuse(compiled, prof, pipeline=pipeline)
+        fp, pipeline = _fit_with_fallback(compiled, prof, pipeline, chosen is None)
         from .stream_fit import refusal  # streamed FIFOs that would need external memory
 
         why = refusal(compiled, fp)
@@ -68,6 +69,28 @@ def plan_build(compiled: CompiledGraph, prof: dict[str, Any], reuse: Any = None,
                 if compiled.options.get("strategy") == "auto" else None)
     plan = resolve_plan(compiled, ReusePlan(layers, fit, strategy), pipeline, adder_levels)
     return plan, fp
+
+
+def _fit_with_fallback(compiled: CompiledGraph, prof: dict[str, Any], pipeline: str,
+                       may_fall_back: bool) -> tuple[FitPlan, str]:
+    """fit_reuse with `pipeline`; where no plan fits with the family's default schedule
+    (not one the user chose) and the family names a "fallback_schedule" (Gowin: "area",
+    whose valid chain is a few counters, not a register per cycle of latency), the fit
+    with that one. Returns (the plan, the schedule it is for); the FitError of the default
+    schedule, with the fallback's outcome added, when neither fits."""
+    try:
+        return fit_reuse(compiled, prof, pipeline=pipeline), pipeline
+    except FitError as first:
+        alt = family(prof["family"]).get("fallback_schedule")
+        if not may_fall_back or not alt or alt == pipeline:
+            raise
+        try:
+            return fit_reuse(compiled, prof, pipeline=alt), alt
+        except FitError as second:
+            why = str(second)
+            raise FitError(f"{first} (with the {alt!r} schedule: "
+                           f"{why[why.find('estimated'):] if 'estimated' in why else why})"
+                           ) from None
 
 
 def _say_estimate(runner: Runner, prof: dict[str, Any], plan: dict[str, int],

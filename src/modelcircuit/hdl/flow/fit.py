@@ -18,7 +18,8 @@ estimated, 41k measured on an 85k) stops there instead of running yosys for 99 s
 Margins (fpga.json "families" -> "fit" -> "lut_margin"; measured on 2 cores, nextpnr 0.11):
 iCE40 at 0.85 of its cells (digits at 81 % placed and routed in 27 s, 37 MHz). ECP5 at 0.6
 of its LUTs: the jet tagger at 79 % (66.6k COMB) placed in 18 min and had not routed after
-20 more.
+20 more. Gowin keeps its flip-flops to "ff_margin" (0.8) of the device, not lut_margin:
+they are its scarcer resource (estimate.py has the calibration).
 
 `plan_circuit` is what every caller of the circuit without a device of its own uses (the
 export, verify's RTL): it fits "auto" against the compiled graph's FPGA profile and returns
@@ -81,9 +82,10 @@ class FitPlan:
                 **({"stream": self.stream} if self.stream is not None else {})}
 
 
-def _fits(est: dict[str, int], prof: dict[str, Any], margin: float, overhead: int) -> bool:
+def _fits(est: dict[str, int], prof: dict[str, Any], margin: float, overhead: int,
+          ff_margin: float | None = None) -> bool:
     return (est.get("route", est["lut"]) + overhead <= prof["lut"] * margin
-            and est["ff"] + overhead <= prof["ff"] * margin
+            and est["ff"] + overhead <= prof["ff"] * (margin if ff_margin is None else ff_margin)
             and est.get("bram", 0) <= int(prof.get("bram") or 0))
 
 
@@ -106,6 +108,9 @@ class _Fit:
     # "da" or "auto": layers at R = 1 costed as adder graphs ("auto" may then give some
     # back to DSPs that are free, which only lowers the LUTs)
     strategy: str = "mult"
+    # the share of the device's flip-flops a plan may use (the family's "ff_margin", where
+    # it has one: Gowin, whose flip-flops are the scarcer resource; else lut_margin)
+    ff_margin: float | None = None
 
     def cost(self, lay: dict[str, Any], r: int) -> LayerCost:
         key = (lay["node"], r)
@@ -122,7 +127,8 @@ class _Fit:
                 + attention_costs(self.compiled, plan, self.family))
 
     def estimate(self, plan: dict[str, int]) -> dict[str, int]:
-        return estimate(self.costs(plan), self.budget["dsp"], self.family, self.io)
+        return estimate(self.costs(plan), self.budget["dsp"], self.family, self.io,
+                        lean=self.lean)
 
     def fits(self, plan: dict[str, int]) -> bool:
         return self.fits_estimate(self.estimate(plan))
@@ -130,7 +136,7 @@ class _Fit:
     def fits_estimate(self, est: dict[str, int]) -> bool:
         """An estimate within the device's budget and this fit's margin (the streamed plan
         search, hdl/flow/stream_fit.py, adds its glue before asking)."""
-        return _fits(est, self.prof, self.lut_margin, self.overhead)
+        return _fits(est, self.prof, self.lut_margin, self.overhead, self.ff_margin)
 
     def no_fit(self, compiled: CompiledGraph, search: Any, any_within: bool) -> ValueError:
         """The error when no plan fits (see _no_fit)."""
@@ -138,7 +144,7 @@ class _Fit:
 
     def plan(self, plan: dict[str, int], least: bool = False) -> FitPlan:
         costs = self.costs(plan)
-        est = estimate(costs, self.budget["dsp"], self.family, self.io, least)
+        est = estimate(costs, self.budget["dsp"], self.family, self.io, least, self.lean)
         est["lut"] += self.overhead
         return FitPlan(dict(plan), max(plan.values(), default=1), self.name, self.budget, est,
                        [c.to_json() for c in costs], lut_unit=self.unit, margin=self.lut_margin)
@@ -154,6 +160,7 @@ def _context(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float | 
     g = compiled.graph
     fam_name = prof.get("family", "ecp5")
     fam = family(fam_name)
+    ff_margin = fam["fit"].get("ff_margin") if lut_margin is None else None
     if lut_margin is None:
         lut_margin = fam["fit"]["lut_margin"]
     if pipeline is None:
@@ -180,7 +187,7 @@ def _context(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float | 
     overhead = overhead_lut if overhead_lut is not None else int(fam["fit"]["overhead_lut"])
     return _Fit(compiled, prof, layers, fam_name, lut_margin, lean, io, name, budget,
                 fam["lut_unit"], overhead,
-                strategy=str(compiled.options.get("strategy", "mult")))
+                strategy=str(compiled.options.get("strategy", "mult")), ff_margin=ff_margin)
 
 
 def _model_name(compiled: CompiledGraph) -> str:
@@ -281,13 +288,14 @@ def _no_fit(compiled: CompiledGraph, fx: _Fit, search: _Search, any_within: bool
                         + (why or f"{search.lim_p:,} products, {search.lim_rom:,} bits of "
                                   "coefficient ROM and lookup tables"))
     est, budget, margin = fx.estimate(plan), fx.budget, fx.lut_margin
+    ffm = margin if fx.ff_margin is None else fx.ff_margin
     return FitError(
         f"model {_model_name(compiled)} at {compiled.options.get('precision')} "
         f"does not fit {fx.name} even at the largest reuse ({', '.join(f'{k}={v}' for k, v in plan.items())}, "
         f"II {max(plan.values())}): estimated {est['lut'] + fx.overhead} LUT, {est['ff']} FF, "
         f"{est['bram']} BRAM "
         f"against a budget of {int(budget['lut'] * margin)} LUT ({margin:.0%} of "
-        f"{budget['lut']}), {budget['ff']} FF, {budget['dsp']} DSP, {budget['bram']} BRAM; try a narrower "
+        f"{budget['lut']}), {int(budget['ff'] * ffm)} FF ({ffm:.0%} of {budget['ff']}), {budget['dsp']} DSP, {budget['bram']} BRAM; try a narrower "
         f"--precision or a larger device")
 
 
@@ -336,6 +344,13 @@ def check_plan(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[str, in
             f"{b['bram']} BRAM (over: {', '.join(over)}); try --reuse auto (it plans within "
             f"{fx.lut_margin:.0%} of the device's {unit}) or a larger device")
     return fp
+
+
+def estimate_plan(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[str, int],
+                  pipeline: str | None = None) -> dict[str, int]:
+    """The estimate of a reuse plan on `prof` with `pipeline` (the family's default when
+    None), refused or not: what fit_reuse and check_plan compare with the budget."""
+    return _context(compiled, prof, None, None, pipeline).estimate(dict(plan))
 
 
 # -- `--reuse auto` for the circuit ---------------------------------------------------------

@@ -52,7 +52,7 @@ def parse_stat(stat_json: Path) -> dict[str, Any]:
     mods = d.get("modules", {})
     top = d.get("design") or (next(iter(mods.values())) if mods else {})
     cells = top.get("num_cells_by_type", {})
-    # Gowin: LUT1..LUT4, DFF*, ALU, MULT*, (S)DPB/SP/pROM; Nexus: LUT4, FD1P3*, CCU2, MULT*, *16K
+    # Gowin: LUT1..LUT4, DFF*, ALU, MULT*, (S)DPB/SP(X9)/pROM(X9) (RAM16SDP4: LUT RAM); Nexus: LUT4, FD1P3*, CCU2, MULT*, *16K
     lut = sum(v for k, v in cells.items() if k in ("SB_LUT4", "LUT4", "$lut", "LUT1", "LUT2",
                                                    "LUT3"))
     ff = sum(v for k, v in cells.items()
@@ -62,6 +62,7 @@ def parse_stat(stat_json: Path) -> dict[str, Any]:
                                                    "MULT18X18", "MULT18X36", "MULT36X36"))
     bram = sum(v for k, v in cells.items() if k in ("SB_RAM40_4K", "DP16KD", "PDPW16KD", "SDPB",
                                                     "DPB", "SP", "SDPX9B", "DPX9B", "pROM",
+                                                    "SPX9", "pROMX9",
                                                     "DP16K", "PDP16K", "SP16K", "PDPSC16K"))
     return {"lut": lut, "ff": ff, "carry": carry, "dsp": dsp, "bram": bram,
             "cells": {k: int(v) for k, v in sorted(cells.items())}}

@@ -328,7 +328,7 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
 
     def overuse(est: dict[str, int]) -> float:
         return max((est.get("route", est["lut"]) + fx.overhead) / (bud["lut"] * fx.lut_margin),
-                   (est["ff"] + fx.overhead) / (bud["ff"] * fx.lut_margin),
+                   (est["ff"] + fx.overhead) / (bud["ff"] * (fx.ff_margin or fx.lut_margin)),
                    est["bram"] / max(1, bud["bram"]))
 
     plan, any_within, t, step = None, False, t0, 1
@@ -343,7 +343,7 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
             seen.add(key)
             any_within = True
             est = estimate(fx.costs(trial) + [glue0] + threshold_costs(thl, t, fx.family, geom),
-                           bud["dsp"], fx.family, fx.io)
+                           bud["dsp"], fx.family, fx.io, lean=fx.lean)
             if fx.fits_estimate(est):
                 plan = trial
                 break
@@ -365,7 +365,7 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
     blk, glue = stream_block(compiled, plan, fx.family, geom, bud["bram"], wb,
                              clock_mhz(fx.prof, None), pipeline)
     fp = fx.plan(plan)
-    est = estimate(costs + [glue], bud["dsp"], fx.family, fx.io)
+    est = estimate(costs + [glue], bud["dsp"], fx.family, fx.io, lean=fx.lean)
     est["lut"] += fx.overhead
     est["bram"] = blk["bram"]["total"]
     fp.estimate = est
@@ -387,7 +387,7 @@ def _over(est: dict[str, int], fx: Any) -> dict[str, dict[str, int]]:
     """Resources over the budget --reuse auto keeps to (LUT, FF: the family's margin;
     DSP; block RAM: the device)."""
     b, m = fx.budget, fx.lut_margin
-    lim = {"lut": int(b["lut"] * m), "ff": int(b["ff"] * m), "dsp": b["dsp"], "bram": b["bram"]}
+    lim = {"lut": int(b["lut"] * m), "ff": int(b["ff"] * (fx.ff_margin or m)), "dsp": b["dsp"], "bram": b["bram"]}
     need = {"lut": est.get("route", est["lut"] - fx.overhead) + fx.overhead,
             "ff": est["ff"] + fx.overhead,
             "dsp": est["dsp"], "bram": est["bram"]}
@@ -445,7 +445,7 @@ def check_streamed(compiled: CompiledGraph, fx: Any, fp: Any, plan: dict[str, in
                                  clock_mhz(fx.prof, None), pipeline)
     except HdlError:
         return  # the circuit refuses it itself, with its own message
-    est = estimate(costs + [glue], fx.budget["dsp"], fx.family, fx.io, True)
+    est = estimate(costs + [glue], fx.budget["dsp"], fx.family, fx.io, True, fx.lean)
     est["lut"] += fx.overhead
     est["bram"] = blk["bram"]["total"]
     blk["over"] = {k: v for k, v in _over(est, fx).items() if k == "bram"}
