@@ -357,6 +357,19 @@ def pytest_configure(config):  # noqa: ANN001
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     limit_process(max(1, cores_given() // max(workers, 1)))
+    _sigint_back()
+
+
+def _sigint_back() -> None:
+    """A suite started in the background (`make test &`, nohup, some CI runners) inherits
+    SIGINT as ignored, and every command the tests start inherits that too: the Ctrl-C tests
+    then wait for an interrupt that can never arrive (two fresh-clone runs failed so). Python's
+    own handler here means children start with the default action again (exec resets handled
+    signals, never ignored ones)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 

@@ -98,3 +98,28 @@ def test_emulator_build_is_cached(tmp_path, monkeypatch):
     mtime = p1.stat().st_mtime_ns
     assert emulator.build(src) == p1 and p1.stat().st_mtime_ns == mtime
     assert p1.parent == tmp_path / "emu"
+
+
+def test_requantization_up_past_int64_saturates_like_the_circuit():
+    """A Dense whose output type has 45 more fractional bits than its accumulator: a code
+    times 2**45 leaves int64. The golden model and the kernels once wrapped there (the sign
+    flipped before saturation); the circuits widen exactly. Both must saturate to the end the
+    exact value points at."""
+    from modelcircuit.graphs.ir import Graph, Node, Tensor
+    from modelcircuit.graphs.pipeline import compile_graph
+    from modelcircuit.graphs.types import FixedType
+
+    xt, wt, out = FixedType(10, 10, False), FixedType(20, 23), FixedType(40, -2)
+    rng = np.random.default_rng(0)
+    w = rng.integers(-(2**19), 2**19, (4, 6)).astype(np.float64) * 8  # values on wt's grid
+    tensors = {"x": Tensor("x", (4,), xt), "w": Tensor("w", w.shape, wt),
+               "y": Tensor("y", (6,), out)}
+    node = Node.make("n", "Dense", ["x", "w"], ["y"], relu=False)
+    c = compile_graph(Graph("g", ("x",), ("y",), (node,), tensors, {"w": w}))
+    x = rng.integers(0, 1024, (64, 4))
+    acc = x.astype(object) @ c.graph.constants["w"].astype(object)  # exact value / 2**frac
+    assert max(abs(int(v)) for v in acc.ravel()) << 45 >= 2**63, "no case past int64"
+    want = np.where(acc > 0, out.qmax, np.where(acc < 0, out.qmin, 0)).astype(np.int64)
+    golden = reference.execute(c.graph, [x], inputs_are_codes=True)["y"]
+    assert np.array_equal(golden, want)
+    assert np.array_equal(gb.execute(c, [x], emulate=True)["y"], want)

@@ -352,11 +352,10 @@ PROPS = settings(max_examples=400, deadline=None, derandomize=True,
 
 
 @PROPS
-@given(t=types_st, frac_in=st.integers(-10, 50),
-       codes=st.lists(st.integers(-(2**61), 2**61), min_size=1, max_size=8))
+@given(t=types_st, frac_in=st.integers(-40, 50),
+       codes=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=8))
 def test_requantize_matches_model(t, frac_in, codes):
-    if frac_in < t.frac and any(abs(c) << (t.frac - frac_in) >= 2**62 for c in codes):
-        return  # a left shift past int64 is the caller's contract, not tested here
+    # shifts up past int64 included: saturation is exact there, a wrap keeps the low bits
     got = fx.requantize(np.array(codes, dtype=np.int64), frac_in, t).tolist()
     assert got == [m_quantize(val(c, frac_in), **m_of(t)) for c in codes]
 

@@ -903,8 +903,8 @@ def token_mean(im: ImportState, node: onnx.NodeProto, axes: list[int] | None,
     x = node.input[0]
     shp = act_shape(im, x)
     if len(shp) != 2 or axes is None or sorted({a % 3 for a in axes}) != [1] \
-            or x in im.swapped:
-        return False
+            or x in im.swapped or x in im.cf or x in im.channels_last:
+        return False  # a channels-first frame (an NCW input moved by the host) is no sequence
     t, d = shp
     out = node.output[0]
     pooled = out if keepdims else im.fresh(f"{out}_pool")

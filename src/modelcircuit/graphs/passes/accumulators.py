@@ -128,7 +128,12 @@ def avg_recips(node: Node, acc: FixedType, counts) -> tuple[FixedType, np.ndarra
 
 
 def _check(node: Node, lo: int, hi: int, frac: int, what: str) -> FixedType:
+    """The exact type of a sum, refused past int64: the golden model, the GPU kernels and the
+    simulators' scoreboards hold sums as int64, so an unsigned 64-bit range (ufixed<64>) is
+    over the limit too (it wrapped in the golden model until a property test drew one)."""
     try:
+        if lo < -(1 << 63) or hi >= 1 << 63:
+            raise TypeError_("over int64")
         return type_for_range(lo, hi, frac)
     except TypeError_:
         bits = max(abs(lo), abs(hi)).bit_length() + 1
