@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,12 +22,19 @@ __all__ = ["compile", "load_onnx", "run", "sweep", "BACKENDS"]
 BACKENDS = tuple(BACKEND_TABLE)
 
 
-def compile(graph: Graph, precision: str | NumType | None = None,  # noqa: A001
+def compile(graph: Graph | str | os.PathLike, precision: str | NumType | None = None,  # noqa: A001
             reuse: int | str = 1, profile: str | None = None,
             per_layer: Mapping[str, Any] | None = None, calibrate: np.ndarray | None = None,
             table_bits: int = 10, strategy: str = "mult") -> CompiledGraph:
     """Compile ahead of time: shapes, types, tables, schedule are all fixed here.
-    `strategy`: how the HDL backend builds Dense layers at R = 1 (mult | da | auto)."""
+    `graph` may also be an ONNX file's path (what a first try passes; it died inside the
+    pipeline with an AttributeError). `strategy`: how the HDL backend builds Dense layers at
+    R = 1 (mult | da | auto)."""
+    if isinstance(graph, (str, os.PathLike)):
+        graph = load_onnx(os.fspath(graph))
+    elif not isinstance(graph, Graph):
+        raise GraphError("compile takes a Graph (load_onnx, the graph builder) or an ONNX "
+                         f"file's path, got {type(graph).__name__}")
     return compile_graph(graph, precision=precision, per_layer=per_layer, calibrate=calibrate,
                          reuse=reuse, profile=profile, table_bits=table_bits,
                          strategy=strategy)

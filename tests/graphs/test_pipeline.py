@@ -48,3 +48,19 @@ def test_wrap_output_flips_sign_like_hls4ml():
     assert y_sat[0, 0] == pytest.approx(4 - 2**-5)  # saturates at the top of fixed<8,3>
     assert y_wrap[0, 0] == pytest.approx(4.5 - 8.0)  # 4.5 wraps to -3.5
 
+
+
+def test_compile_takes_an_onnx_path_and_refuses_other_things(tmp_path):
+    from pathlib import Path
+
+    from modelcircuit.data import DEFAULT_MODEL, bundled
+    from modelcircuit.graphs.ir import GraphError
+
+    path = Path(bundled(DEFAULT_MODEL))
+    by_graph = mc.compile(mc.load_onnx(path), precision="fixed<8,3>")
+    for p in (path, str(path)):  # a path, as str or PathLike: the same graph id
+        assert mc.compile(p, precision="fixed<8,3>").graph_id == by_graph.graph_id
+    with pytest.raises(GraphError, match="got int"):
+        mc.compile(3)
+    with pytest.raises(GraphError, match="model file"):  # the loader's one-line refusal
+        mc.compile(tmp_path / "missing.onnx")

@@ -386,9 +386,18 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 def _gelu(x: Array, n: Node) -> Array:
     """Gelu x * Phi(x) (ONNX Gelu, approximate "none"; torch's erf form), in the dtype of x
-    (float32 for the float model, float64 where the tables are built)."""
+    (float32 for the float model, float64 where the tables are built).
+
+    The tables (part of the graph id) keep math.erf. The float32 model takes scipy's
+    vectorised erf: 6x faster than math.erf element by element (80 % of a Gelu encoder's
+    float golden time); the two differ by at most 3 ulp of float64, far below the float32
+    rounding its result gets and the error bound the float model is checked with."""
     dt = x.dtype if x.dtype.kind == "f" else np.float64
     x64 = np.asarray(x, dtype=np.float64)
+    if dt == np.float32:
+        from scipy.special import erf  # scikit-learn's dependency, declared in pyproject
+
+        return (0.5 * x64 * (1.0 + erf(x64 / math.sqrt(2.0)))).astype(dt)
     return (0.5 * x64 * (1.0 + _ERF(x64 / math.sqrt(2.0)).astype(np.float64))).astype(dt)
 
 
