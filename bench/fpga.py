@@ -11,7 +11,7 @@ DSPs, so that design does not fit that part). Prints a table and writes JSON
 
 Run: .venv/bin/python bench/fpga.py [--models digits_mlp@ice40-up5k,digits_mlp@ecp5-25k,
                                              three_layer_keras,qkeras_jettagging]
-     [--device ecp5-85k] [--json FILE] [--keep DIR] [--merge]
+     [--device ecp5-85k] [--json FILE] [--keep DIR] [--merge] [--seeds 1,2]
 
 An item is `model[=precision]@device[:board]`: `three_layer_keras=fixed<8,3>@gw1nr-9`, the
 digits MLP on the Tang Nano 9K board (pins, clock, bitstream) `digits_mlp@gw1nr-9:tang-nano-9k`
@@ -67,8 +67,8 @@ def split_items(text: str) -> list[str]:
 
 
 def run_one(name: str, device: str, keep: Path | None, precision: str | None = None,
-            board: str | None = None, reuse: object = "auto", pipeline: str | None = None
-            ) -> dict:
+            board: str | None = None, reuse: object = "auto", pipeline: str | None = None,
+            seed: int = 1) -> dict:
     import numpy as np
 
     g = mc.load_onnx(model_path(name))
@@ -78,11 +78,11 @@ def run_one(name: str, device: str, keep: Path | None, precision: str | None = N
     t0 = time.perf_counter()
     c = compile(g, precision=precision, profile=device, calibrate=cal)
     compile_s = time.perf_counter() - t0
-    tag = f"{name}-{device}" + (f"-{board}" if board else "")
+    tag = f"{name}-{device}" + (f"-{board}" if board else "") + (f"-s{seed}" if seed != 1 else "")
     out = (keep or Path(tempfile.mkdtemp(prefix="bench-fpga-"))) / tag
     t0 = time.perf_counter()
     try:
-        rep = build(c, device, out, board=board, reuse=reuse, pipeline=pipeline,
+        rep = build(c, device, out, board=board, reuse=reuse, pipeline=pipeline, seed=seed,
                     progress=lambda s: print(f"  {name}: {s}", file=sys.stderr, flush=True))
     except FlowError as e:
         return {"model": name, "device": device, "precision": precision, "board": board,
@@ -90,6 +90,7 @@ def run_one(name: str, device: str, keep: Path | None, precision: str | None = N
                 "wall_s": round(time.perf_counter() - t0, 1)}
     m = rep["model"]
     return {"model": name, "device": device, "board": board, "precision": m["precision"],
+            "seed": seed,
             "yosys_cells": rep.get("yosys_cells"),
             "reuse": m["reuse"], "wall_s": round(time.perf_counter() - t0, 1),
             "files": rep.get("files"),
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", default="auto",
                     help="auto (default), N, or a JSON object {layer: N} for every item")
     ap.add_argument("--pipeline", help="register schedule (default: the device family's)")
+    ap.add_argument("--seeds", default="1",
+                    help="nextpnr placer seeds, comma-separated: one row per seed (Fmax "
+                         "is quoted over more than one placement)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the JSON file's other rows; write it after every run")
     a = ap.parse_args(argv)
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     def ident(r: dict) -> tuple:
         asked = r.get("asked") or {}
         return (r.get("model"), r.get("device"), r.get("precision"), r.get("board"),
-                str(asked.get("reuse", "auto")), asked.get("pipeline"))
+                str(asked.get("reuse", "auto")), asked.get("pipeline"), r.get("seed", 1))
 
     def write() -> None:
         mine = {ident(r) for r in rows}
@@ -138,23 +142,24 @@ def main(argv: list[str] | None = None) -> int:
             continue
         reuse = (a.reuse if a.reuse == "auto" else int(a.reuse) if a.reuse.isdigit()
                  else json.loads(a.reuse))
-        row = run_one(name, device, Path(a.keep) if a.keep else None, prec, board, reuse,
-                      a.pipeline)
-        row["asked"] = {"reuse": a.reuse, "pipeline": a.pipeline}
-        rows.append(row)
-        if a.merge:
-            write()
-    hdr = f"{'model':20s} {'device':11s} {'II':>4s} {'cycles':>6s} {'Fmax':>7s} {'lat ns':>8s} {'LUT':>7s} {'FF':>7s} {'DSP':>4s} {'BRAM':>4s}  reuse / tool s"
+        for seed in [int(v) for v in a.seeds.split(",")]:
+            row = run_one(name, device, Path(a.keep) if a.keep else None, prec, board, reuse,
+                          a.pipeline, seed)
+            row["asked"] = {"reuse": a.reuse, "pipeline": a.pipeline}
+            rows.append(row)
+            if a.merge:
+                write()
+    hdr = f"{'model':20s} {'device':11s} {'seed':>4s} {'II':>4s} {'cycles':>6s} {'Fmax':>7s} {'lat ns':>8s} {'LUT':>7s} {'FF':>7s} {'DSP':>4s} {'BRAM':>4s}  reuse / tool s"
     print(hdr)
     for r in rows:
         if "error" in r:
             print(f"{r['model']:20s} {r['device']:11s} error: {r['error']}")
             continue
-        print(f"{r['model']:20s} {r['device']:11s} {r['ii']:>4} {r['latency_cycles']:>6} {r['fmax_mhz']:>7.1f} "
+        print(f"{r['model']:20s} {r['device']:11s} {r.get('seed', 1):>4} {r['ii']:>4} {r['latency_cycles']:>6} {r['fmax_mhz']:>7.1f} "
               f"{r['latency_ns']:>8.1f} {r['lut']:>7} {r['ff']:>7} {r['dsp']:>4} {r['bram']:>4}  "
               f"{r['reuse']} / {r['tool_wall_s']}")
     h = HLS4ML
-    print(f"{'hls4ml (published)':20s} {'xczu3eg':11s} {h['ii']:>4} {h['latency_cycles']:>6} {h['clock_mhz']:>7.1f} "
+    print(f"{'hls4ml (published)':20s} {'xczu3eg':11s} {'':>4} {h['ii']:>4} {h['latency_cycles']:>6} {h['clock_mhz']:>7.1f} "
           f"{1e3 * h['latency_cycles'] / h['clock_mhz']:>8.1f} {'-':>7} {'-':>7} {h['dsp']:>4} {'-':>4}  {h['device']}")
     write()
     print(f"wrote {a.json}")

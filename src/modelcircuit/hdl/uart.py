@@ -61,38 +61,49 @@ class UartRx(wiring.Component):
         s2 = Signal(init=1)
         m.d.sync += [s1.eq(self.rx), s2.eq(s1)]
         cnt = Signal(range(self.divisor * 3 // 2 + 1))
+        # cnt == 0 as a flip-flop of its own, set as cnt counts down to 0 (every load is
+        # >= 2): the state machine reads one register, not the count's compare LUT tree
+        # (in the iCE40 digits build, that tree and the FSM next to it set the clock)
+        zero = Signal(init=1)
         bits = Signal(4)
         sh = Signal(8)
+
+        def load(v: int) -> list[Any]:
+            return [cnt.eq(v), zero.eq(v == 0)]
+
+        def count() -> list[Any]:
+            return [cnt.eq(cnt - 1), zero.eq(cnt == 1)]
+
         m.d.sync += self.valid.eq(0)
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(~s2):
-                    m.d.sync += [cnt.eq(self.divisor // 2), bits.eq(0)]
+                    m.d.sync += [*load(self.divisor // 2), bits.eq(0)]
                     m.next = "START"
             with m.State("START"):  # re-check the start bit at its middle
-                with m.If(cnt == 0):
+                with m.If(zero):
                     with m.If(s2):
                         m.next = "IDLE"
                     with m.Else():
-                        m.d.sync += cnt.eq(self.divisor - 1)
+                        m.d.sync += load(self.divisor - 1)
                         m.next = "DATA"
                 with m.Else():
-                    m.d.sync += cnt.eq(cnt - 1)
+                    m.d.sync += count()
             with m.State("DATA"):
-                with m.If(cnt == 0):
+                with m.If(zero):
                     m.d.sync += [sh.eq(Cat(sh[1:], s2)), bits.eq(bits + 1),
-                                 cnt.eq(self.divisor - 1)]
+                                 *load(self.divisor - 1)]
                     with m.If(bits == 7):
                         m.next = "STOP"
                 with m.Else():
-                    m.d.sync += cnt.eq(cnt - 1)
+                    m.d.sync += count()
             with m.State("STOP"):
-                with m.If(cnt == 0):
+                with m.If(zero):
                     with m.If(s2):  # a framing error (low stop bit) drops the byte
                         m.d.sync += [self.data.eq(sh), self.valid.eq(1)]
                     m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += cnt.eq(cnt - 1)
+                    m.d.sync += count()
         return m
 
 
@@ -105,20 +116,27 @@ class UartTx(wiring.Component):
 
     def elaborate(self, platform: Any) -> Module:
         m = Module()
+        # the bit counter's zero and `ready` (left == 0) are flip-flops of their own, as in
+        # UartRx: `ready` gates the wrapper's output shift register, whose enable a
+        # global buffer carries to every bit (the iCE40 digits build's clock once the
+        # receiver's was fixed)
         cnt = Signal(range(self.divisor))
+        zero = Signal(init=1)
         sh = Signal(10, init=0x3FF)
         left = Signal(4)
-        m.d.comb += self.ready.eq(left == 0)
+        idle = Signal(init=1)
+        m.d.comb += self.ready.eq(idle)
         m.d.comb += self.tx.eq(sh[0])
-        with m.If(left == 0):
+        bit = [cnt.eq(self.divisor - 1), zero.eq(self.divisor == 1)]
+        with m.If(idle):
             with m.If(self.valid):
                 m.d.sync += [sh.eq(Cat(Const(0, 1), self.data, Const(1, 1))), left.eq(10),
-                             cnt.eq(self.divisor - 1)]
-        with m.Elif(cnt == 0):
+                             idle.eq(0), *bit]
+        with m.Elif(zero):
             m.d.sync += [sh.eq(Cat(sh[1:], Const(1, 1))), left.eq(left - 1),
-                         cnt.eq(self.divisor - 1)]
+                         idle.eq(left == 1), *bit]
         with m.Else():
-            m.d.sync += cnt.eq(cnt - 1)
+            m.d.sync += [cnt.eq(cnt - 1), zero.eq(cnt == 1)]
         return m
 
 
@@ -172,6 +190,9 @@ class UartWrapper(wiring.Component):
         acc = Signal(nb)
         cnt = Signal(range(self.n_in + 1))
         idle = Signal(range(self.frame_timeout + 1))
+        # idle == frame_timeout as a register of its own (kept beside every write of idle):
+        # the wide compare feeds one flip-flop instead of the frame counter's enables
+        timed_out = Signal(init=self.frame_timeout == 0)
         full = Signal()
         take = full & core.i.ready
         with m.If(take):
@@ -195,30 +216,32 @@ class UartWrapper(wiring.Component):
                     m.d.sync += lost.eq(1)
                 with m.If(cnt == self.n_in - 1):
                     m.d.sync += [full.eq(~(lost | (full & ~take))), lost.eq(0)]
-            with m.Elif((cnt != 0) & (idle == self.frame_timeout)):
+            with m.Elif((cnt != 0) & timed_out):
                 m.d.sync += lost.eq(0)
+        idle_zero = [idle.eq(0), timed_out.eq(self.frame_timeout == 0)]
         with m.If(urx.valid):
-            m.d.sync += idle.eq(0)
+            m.d.sync += idle_zero
             with m.If(cnt == self.n_in - 1):
                 m.d.sync += cnt.eq(0)
             with m.Else():
                 m.d.sync += cnt.eq(cnt + 1)
         with m.Elif(cnt != 0):
-            with m.If(idle == self.frame_timeout):
-                m.d.sync += [cnt.eq(0), idle.eq(0)]
+            with m.If(timed_out):
+                m.d.sync += [cnt.eq(0), *idle_zero]
             with m.Else():
-                m.d.sync += idle.eq(idle + 1)
+                m.d.sync += [idle.eq(idle + 1), timed_out.eq(idle == self.frame_timeout - 1)]
         m.d.comb += [core.i.valid.eq(full), core.i.payload.eq(hold[:self.in_bits])]
         # send: capture an output payload, then n_out bytes, lowest first
         ob = self.n_out * 8
         osh = Signal(ob)
         oleft = Signal(range(self.n_out + 1))
-        m.d.comb += core.o.ready.eq(oleft == 0)
-        with m.If(core.o.valid & (oleft == 0)):
-            m.d.sync += [osh.eq(core.o.payload), oleft.eq(self.n_out)]
-        m.d.comb += [utx.data.eq(osh[:8]), utx.valid.eq(oleft != 0)]
+        oempty = Signal(init=1)  # oleft == 0, registered: osh's enable is one LUT
+        m.d.comb += core.o.ready.eq(oempty)
+        with m.If(core.o.valid & oempty):
+            m.d.sync += [osh.eq(core.o.payload), oleft.eq(self.n_out), oempty.eq(0)]
+        m.d.comb += [utx.data.eq(osh[:8]), utx.valid.eq(~oempty)]
         with m.If(utx.valid & utx.ready):
-            m.d.sync += [osh.eq(osh >> 8), oleft.eq(oleft - 1)]
+            m.d.sync += [osh.eq(osh >> 8), oleft.eq(oleft - 1), oempty.eq(oleft == 1)]
         return m
 
 

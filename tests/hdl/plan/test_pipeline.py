@@ -5,6 +5,7 @@ compile time is the simulated one, results stay bit-exact."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,7 +108,56 @@ def test_area_registers_the_block_ram_read_and_the_products():
     area = plan_top(c, 24, pipeline="area")
     lean = plan_top(c, 24, pipeline="latency", adder_levels=SCHEDULES["area"].adder_levels)
     assert area["layers"][0]["fold"]["rom"]["style"] == "block"
-    assert area["latency"] == lean["latency"] + 2
+    # + the read, the products, and the rounding (Schedule.round_reg: every folded layer)
+    assert SCHEDULES["area"].round_reg and not SCHEDULES["latency"].round_reg
+    assert area["latency"] == lean["latency"] + 3
     area3 = plan_top(c, 3, pipeline="area")
     assert area3["layers"][0]["fold"]["rom"]["style"] == "logic"
-    assert area3["latency"] == plan_top(c, 3, pipeline="latency", adder_levels=6)["latency"]
+    assert area3["latency"] == plan_top(c, 3, pipeline="latency", adder_levels=6)["latency"] + 1
+
+
+@pytest.mark.parametrize("dsp", [0, 1, 3])
+def test_area_splits_the_products_the_plan_left_without_a_dsp(dsp):
+    """Lanes the circuit plan gives no DSP block (CircuitPlan.dsp_lanes) are built as
+    registered 2-bit coefficient slices under "area" (no `$mul` left for yosys to move to
+    logic as one deep array multiplier): the same latency, bit-exact with gaps and
+    back-pressure, and exactly the planned number of `$mul` cells in the netlist."""
+    from modelcircuit.hdl.export import convert
+    from modelcircuit.hdl.plan.circuit import resolve_plan
+
+    c, x = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 16, 4, True, 2)
+    base = resolve_plan(c, 16, pipeline="area")  # one input a step, 4 lanes, 16 ROM words
+    assert base.dsp_lanes is None  # no FPGA profile: nothing planned
+    plan = dataclasses.replace(base, dsp_lanes={"fc": dsp})
+    want, got = plan_top(c, base), plan_top(c, plan)
+    lay = got["layers"][0]
+    assert lay["fold"]["rom"]["style"] == "block" and lay["multipliers"] >= 2
+    assert lay["fold"].get("logic_lanes", 0) == max(0, lay["multipliers"] - dsp)
+    assert got["latency"] == want["latency"]
+    _, il, _ = convert(c, plan)
+    assert il.count("cell $mul ") == min(dsp, lay["multipliers"])
+    check(c, x[:8], reuse=plan, gap=0.3, backpressure=0.3, seed=dsp)
+
+
+def test_dsp_lanes_spend_the_device_budget():
+    """The plan gives DSP blocks to folded lanes within the device's budget, widest
+    products first, then in graph order; none without an FPGA profile."""
+    import modelcircuit as mc
+    from modelcircuit.graphs.profiles import all_profiles
+    from modelcircuit.hdl.plan.circuit import resolve_plan
+
+    g = mc.load_onnx(Path(mc.__file__).parent / "data" / "digits_mlp.onnx")
+    reuse = {"fc1_matmul": 256, "fc2_matmul": 256, "fc3_matmul": 64}
+    assert resolve_plan(mc.compile(g, precision="fixed<6,3>"), reuse).dsp_lanes is None
+    for dev in ("ice40-up5k", "ecp5-25k"):
+        c = mc.compile(g, precision="fixed<6,3>", profile=dev)
+        lanes = resolve_plan(c, reuse).dsp_lanes
+        layers = plan_top(c, reuse)["layers"]
+        mults = [lay["multipliers"] for lay in layers]
+        got = [lanes[lay["node"]] for lay in layers]
+        budget = all_profiles()[dev]["dsp"]
+        assert sum(got) == min(budget, sum(mults))  # one block per 6 x 6 product
+        assert all(0 <= k <= n for k, n in zip(got, mults, strict=True))
+        # equal widths: an earlier layer is full before a later one gets any
+        assert all(k == n or not any(got[i + 1:])
+                   for i, (k, n) in enumerate(zip(got, mults, strict=True)))

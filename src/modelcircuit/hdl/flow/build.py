@@ -109,7 +109,8 @@ def _say_estimate(runner: Runner, prof: dict[str, Any], plan: dict[str, int],
 
 def run_component(component: Any, prof: dict[str, Any], out: Path, runner: Runner,
                   what: str = "design", dsp_budget: int | None = None,
-                  target_mhz: float | None = None, bitstream: bool = False) -> dict[str, Any]:
+                  target_mhz: float | None = None, bitstream: bool = False,
+                  seed: int = 1) -> dict[str, Any]:
     """Out-of-context synth + place-and-route of one component into out/ (work files in
     out/work). Returns the report dict."""
     work = out / "work"
@@ -120,7 +121,7 @@ def run_component(component: Any, prof: dict[str, Any], out: Path, runner: Runne
     runner.times["elaborate"] = round(time.monotonic() - t0, 2)
     st = synthesize(design, prof, work, runner, dsp_budget)
     check_fit(st, prof, what)
-    pnr = place_and_route(prof, work, runner, True, target_mhz, what)
+    pnr = place_and_route(prof, work, runner, True, target_mhz, what, seed=seed)
     files: dict[str, str] = {}
     if bitstream and prof["family"] == "ice40":
         runner.run("icepack", "icepack", ["top.asc", "top.bin"], work)
@@ -152,7 +153,7 @@ def _model_summary(info: dict[str, Any], fmax: float | None) -> dict[str, Any]:
 
 def _place(core: Any, info: dict[str, Any], prof: dict[str, Any], out: Path, runner: Runner,
            what: str, board: str | None, freq_mhz: float | None,
-           dsp_budget: int | None = None) -> dict[str, Any]:
+           dsp_budget: int | None = None, seed: int = 1) -> dict[str, Any]:
     """The model synthesized, placed and routed: on a board, else out of context (inside
     the UART wrapper on a family without an out-of-context mode). `dsp_budget`: at most
     this many DSP blocks (yosys.dsp_budget_for: 0 for `--strategy da`)."""
@@ -163,12 +164,12 @@ def _place(core: Any, info: dict[str, Any], prof: dict[str, Any], out: Path, run
     if not family(prof["family"]).get("out_of_context", True):
         wrapped = wrap_uart(core, info, clock_mhz(prof, freq_mhz) * 1e6)
         rep = run_component(wrapped, prof, out, runner, what, dsp_budget=dsp_budget,
-                            target_mhz=freq_mhz, bitstream=True)
+                            target_mhz=freq_mhz, bitstream=True, seed=seed)
         rep["wrapper"] = (f"uart: {prof['family']} has no out-of-context mode in nextpnr and "
                           "too few pins for the stream ports; the model is placed inside the "
                           "UART wrapper (2 pins, unconstrained)")
         return rep
-    return run_component(core, prof, out, runner, what, dsp_budget=dsp_budget,
+    return run_component(core, prof, out, runner, what, dsp_budget=dsp_budget, seed=seed,
                          target_mhz=freq_mhz)
 
 
@@ -176,7 +177,8 @@ def run_model(compiled: CompiledGraph, prof: dict[str, Any], out: Path, reuse: A
               board: str | None = None, progress: Progress = None,
               target_mhz: float | None = None, pipeline: str | None = None,
               adder_levels: int | None = None,
-              preflight: tuple[CircuitPlan, FitPlan] | None = None) -> dict[str, Any]:
+              preflight: tuple[CircuitPlan, FitPlan] | None = None,
+              seed: int = 1) -> dict[str, Any]:
     """Out-of-context (board=None) or board build of a compiled model into `out` (which
     must be a fresh directory). Writes report.json, report.txt, logs/. Returns the report.
     `preflight`: what plan_build returned for these arguments (else it is run here, before
@@ -197,7 +199,7 @@ def run_model(compiled: CompiledGraph, prof: dict[str, Any], out: Path, reuse: A
         plan_shown = layers
     what = f"model {getattr(compiled.graph, 'name', '?')} (reuse {plan_shown})"
     rep = _place(core, info, prof, out, runner, what, board, target_mhz,
-                 dsp_budget_for(compiled))
+                 dsp_budget_for(compiled), seed)
     rep["model"] = {"name": getattr(compiled.graph, "name", None),
                     "graph_id": getattr(compiled, "graph_id", None),
                     "precision": compiled.options.get("precision"),
@@ -229,9 +231,10 @@ def run_flow(compiled: CompiledGraph, plan: CircuitPlan, fpga_dir: Path, progres
 
 def build(compiled: CompiledGraph, device: str, out: Path, board: str | None = None, reuse: Any = None,
           progress: Progress = None, pipeline: str | None = None,
-          adder_levels: int | None = None) -> dict[str, Any]:
+          adder_levels: int | None = None, seed: int = 1) -> dict[str, Any]:
     """`modelcircuit build`: out-of-context or board build into `out`, atomically (an
-    existing folder that is not one of ours is refused: graphs.atomic.check_out_dir)."""
+    existing folder that is not one of ours is refused: graphs.atomic.check_out_dir).
+    `seed`: nextpnr's placer seed (out of context)."""
     prof = fpga_profile(device)
     if board is not None:
         from .boards import board_for
@@ -243,4 +246,4 @@ def build(compiled: CompiledGraph, device: str, out: Path, board: str | None = N
                                                      board=board, progress=progress,
                                                      pipeline=pipeline,
                                                      adder_levels=adder_levels,
-                                                     preflight=pre))
+                                                     preflight=pre, seed=seed))

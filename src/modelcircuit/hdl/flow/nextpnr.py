@@ -22,11 +22,12 @@ ROUTERS = ("router1", "router2")
 
 
 def nextpnr_args(prof: dict[str, Any], freq_mhz: float, ooc: bool,
-                 router: str | None = None) -> list[str]:
+                 router: str | None = None, seed: int = 1) -> list[str]:
     """nextpnr's command line for an out-of-context (`ooc`) or wrapped run at `freq_mhz`.
     `router`: "router1" or "router2" (router2 is nextpnr's faster router for large, sparse
     designs; on a congested one it may spend long on the last overused wires), else the
-    family's "router" in fpga.json, else nextpnr's default (router1)."""
+    family's "router" in fpga.json, else nextpnr's default (router1). `seed`: the placer's
+    (fixed, so a build is repeatable; timing results are quoted over more than one)."""
     if prof["family"] in FAMILY_ARGS:  # Gowin (himbaechel), Nexus: hdl/flow/families.py
         a = FAMILY_ARGS[prof["family"]](prof, ooc)
     elif prof["family"] == "ice40":
@@ -42,7 +43,7 @@ def nextpnr_args(prof: dict[str, Any], freq_mhz: float, ooc: bool,
         if router not in ROUTERS:
             raise FlowError(f"nextpnr router must be one of {', '.join(ROUTERS)}, got {router!r}")
         a += ["--router", str(router)]
-    return a + ["--freq", f"{freq_mhz:g}", "--timing-allow-fail", "--seed", "1",
+    return a + ["--freq", f"{freq_mhz:g}", "--timing-allow-fail", "--seed", str(int(seed)),
                 "--report", "nextpnr-report.json"]
 
 
@@ -83,9 +84,9 @@ def run_nextpnr(runner: Runner, family: str, args: list[str], work: Path, prof: 
 
 
 def place_and_route(prof: dict[str, Any], work: Path, runner: Runner, ooc: bool,
-                    freq_mhz: float | None, what: str, router: str | None = None
-                    ) -> dict[str, Any]:
-    args = nextpnr_args(prof, clock_mhz(prof, freq_mhz), ooc, router)
+                    freq_mhz: float | None, what: str, router: str | None = None,
+                    seed: int = 1) -> dict[str, Any]:
+    args = nextpnr_args(prof, clock_mhz(prof, freq_mhz), ooc, router, seed)
     if ooc and prof["family"] in FAMILY_ARGS:  # pins for the wrapper's 4 ports
         write_ooc_constraints(prof, work)
     return run_nextpnr(runner, prof["nextpnr"], args, work, prof, what)

@@ -12,8 +12,10 @@ same function, then hands it to the export and the build, so the two never disag
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
@@ -34,6 +36,9 @@ class CircuitPlan:
     reuse: Mapping[str, int]
     strategy: str | Mapping[str, str] = "mult"
     fit: dict[str, Any] | None = field(default=None, compare=False)
+    # folded Dense node -> how many of its multiplier lanes get a DSP block (the rest are
+    # built in logic); None: no device budget to spend (no FPGA profile). `dsp_lanes`.
+    dsp_lanes: Mapping[str, int] | None = None
 
     @property
     def adder_levels(self) -> int:
@@ -68,4 +73,51 @@ def resolve_plan(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | Non
     elif strategy == "auto":
         strategy = "da"
     fit = reuse.fit if isinstance(reuse, ReusePlan) else None
-    return CircuitPlan(name, sched, layers, strategy, fit)
+    plan = CircuitPlan(name, sched, layers, strategy, fit)
+    return replace(plan, dsp_lanes=dsp_lanes(compiled, plan))
+
+
+def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | None:
+    """Which folded products get the device's DSP blocks, decided here rather than by the
+    synthesis: a product the unit knows to be logic can be built for logic (split into
+    registered coefficient slices under the lean schedules, hdl/units/dense.py), where a
+    `$mul` that yosys moves to logic after the fact is one deep array multiplier in the
+    stage the DSP would have had (the iCE40 digits MLP: 17 lanes, 8 DSPs, its clock set
+    by a 6 x 6 logic product). The widest products first, as the flow keeps them
+    (hdl/flow/yosys.soft_products), then in graph order; a product below the family's
+    minimum DSP widths is logic anyway. None without an FPGA profile."""
+    from ...graphs.profiles import fpga_families
+    from .fold import fold_lanes, fold_shape, lane_kinds
+    from .schedule import fpga_profile
+
+    prof = fpga_profile(compiled.profile)
+    if prof is None or not prof.get("dsp"):
+        return None
+    fam = fpga_families().get(prof.get("family") or "", {})
+    amin, bmin, ymin = fam.get("dsp_min_widths", (0, 0, 0))
+    mx = int(fam.get("dsp_max_width", 18))
+    g = compiled.graph
+    wants: list[tuple[int, int, str, int, int]] = []  # (-width, order, node, lanes, blocks)
+    for order, nd in enumerate(g.nodes):
+        r = plan.reuse.get(nd.name, 1)
+        if nd.op != "Dense" or r <= 1 or plan.strategy_of(nd.name) != "mult":
+            continue
+        w = np.asarray(g.constants[nd.inputs[1]], dtype=np.int64)
+        dt = g.tensor(nd.inputs[0]).dtype
+        if w.ndim != 2 or not hasattr(dt, "width"):
+            continue
+        lanes = fold_lanes(w, fold_shape(w.shape[0], w.shape[1], r))
+        mul = lane_kinds(lanes) == 2
+        if not mul.any():
+            continue
+        cw = int(np.abs(lanes).max(axis=0)[mul].max()).bit_length() + 1
+        a, b = int(dt.width), cw
+        blocks = 0 if (a < amin or b < bmin or a + b < ymin) else -(-a // mx) * -(-b // mx)
+        wants.append((-max(a, b), order, nd.name, int(mul.sum()), blocks))
+    left = int(prof["dsp"])
+    out: dict[str, int] = {}
+    for _, _, name, n, blocks in sorted(wants):
+        k = min(n, left // blocks) if blocks else 0
+        out[name] = k
+        left -= k * blocks
+    return out

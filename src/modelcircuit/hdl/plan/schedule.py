@@ -63,6 +63,10 @@ class Schedule:
     # in one stage, 34.9 MHz on an UP5K); one cycle more per such layer, plus the product
     # register the plan may have put later
     bram_reg: bool = False
+    # folded layers register the rounding before the overflow clamp ("area", iCE40: the
+    # accumulator, the rounding's carry chain and the clamp's LUT levels were 21.9 ns on an
+    # UP5K, the digits MLP's clock once its products were split); +1 cycle per folded layer
+    round_reg: bool = False
 
     @property
     def fold_stages(self) -> int:
@@ -74,7 +78,7 @@ class Schedule:
 # "fmax": >= 150 MHz on an ECP5.
 SCHEDULES = {"latency": Schedule(4, 1, 0, 0, lean=True),
              "fmax": Schedule(2, None, 2, 3, credits=True, rom_bram_depth=128),
-             "area": Schedule(6, 1, 0, 0, lean=True, bram_reg=True)}
+             "area": Schedule(6, 1, 0, 0, lean=True, bram_reg=True, round_reg=True)}
 DEFAULT_ADDER_LEVELS = SCHEDULES["latency"].adder_levels  # 4
 FPGA_ADDER_LEVELS = SCHEDULES["fmax"].adder_levels
 
@@ -101,7 +105,7 @@ def family_schedule(family: str | None) -> str:
     return str(fpga_families().get(family or "", {}).get("schedule", "fmax"))
 
 
-def _fpga_profile(profile: str | None) -> dict[str, Any] | None:
+def fpga_profile(profile: str | None) -> dict[str, Any] | None:
     """The profile's data when it is an FPGA's, else None."""
     if not profile:
         return None
@@ -114,13 +118,13 @@ def _fpga_profile(profile: str | None) -> dict[str, Any] | None:
 def default_schedule(profile: str | None) -> str:
     """The register schedule for a profile: an FPGA's family default (family_schedule),
     else "latency" (fewest cycles: the jet tagger at R=1 in 12)."""
-    p = _fpga_profile(profile)
+    p = fpga_profile(profile)
     return family_schedule(p.get("family")) if p is not None else "latency"
 
 
 def _soft_width(profile: str | None) -> int:
     """The profile's FPGA family's widest logic-built product operand (0: none / no FPGA)."""
-    p = _fpga_profile(profile)
+    p = fpga_profile(profile)
     if p is None:
         return 0
     from ...graphs.profiles import fpga_families

@@ -69,12 +69,11 @@ from ..plan.schedule import Schedule, plan_stages
 from . import netlist_text
 from .arith import fit, overflow, relu, shift_round
 from .base import Unit
-from .dense_fold import FoldStages
+from .dense_fold import SPLIT_SLICE, FoldStages
 
 # per layer: "mult" (a product per weight: DSPs, shifts, shift-add leaves) or "da" (R = 1:
 # one shared adder graph, hdl/plan/cmvm.py); "auto" is resolved per layer before lowering
 STRATEGIES = ("mult", "da")
-SPLIT_SLICE = 2  # bits of a coefficient slice in a split logic product ("fmax", folded)
 
 
 class _AmaranthOps:
@@ -156,8 +155,10 @@ class Dense(Unit):
     def __init__(self, tx: FixedType, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
                  tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
                  reuse: int = 1, adder_levels: int = 4, schedule: Schedule | None = None,
-                 strategy: str = "mult"):
+                 strategy: str = "mult", dsp_lanes: int | None = None):
         w = np.asarray(w, dtype=np.int64)
+        # folded: how many multiplier lanes the plan gave a DSP block (None: any)
+        self.dsp_lanes = dsp_lanes
         self.n_in, self.n_out = w.shape
         super().__init__([(tx, self.n_in)], (tout, self.n_out))
         self.tx, self.w, self.tw, self.tout, self.relu_ = tx, w, tw, tout, bool(relu)
@@ -440,15 +441,34 @@ class DenseFolded(FoldStages, Dense):
         # lean, block RAM and `bram_reg`: the read registered, the products alone in their
         # stage (Schedule.bram_reg)
         self.rom_reg = self.pipe.lean and self.rom_block and self.pipe.bram_reg
+        # lean, the product alone in its stage, and lanes the plan left without a DSP
+        # (CircuitPlan.dsp_lanes): those are built as registered products of SPLIT_SLICE-bit
+        # coefficient slices, summed in the next stage before the tree (one adder deep
+        # instead of a logic array multiplier; the latency is the same)
+        mul_keys = sorted(k for k, v in self.lanes.items() if v[1] == "mul")
+        self.soft_keys: frozenset[tuple[int, int]] = frozenset(
+            mul_keys[self.dsp_lanes:] if (self.rom_reg and self.dsp_lanes is not None
+                                          and self.cw >= 2 * SPLIT_SLICE) else [])
+        # the slice width that balances the two stages: a k-bit slice's product is k - 1
+        # adders, the next stage sums ceil(cw / k) slices, the tree and the accumulator
+        # (a 6-bit coefficient: 3-bit slices, 2 adders a stage; 2-bit ones made it 1 and 3)
+        self.slice_k = min(range(SPLIT_SLICE, self.cw // 2 + 1),
+                           key=lambda k: (max(k - 1, -(-self.cw // k) + self.levels), -k),
+                           default=SPLIT_SLICE)
+        slice_levels = -(-self.cw // self.slice_k) - 1 if self.soft_keys else 0
         if self.pipe.lean:  # product, tree levels, accumulate: registers as planned
             mul_w = L if self.rom_reg else (self.pipe.mul_levels or L)
-            flags = plan_stages([mul_w] + [1] * self.levels + [1], L)
-            self.prod_reg, self.tree_flags = flags[0], flags[1:1 + self.levels]
+            flags = plan_stages([mul_w] + [1] * (slice_levels + self.levels) + [1], L)
+            if any(flags[1:1 + slice_levels]):  # the slices' sum deeper than a stage
+                self.soft_keys, slice_levels = frozenset(), 0
+                flags = plan_stages([mul_w] + [1] * self.levels + [1], L)
+            self.prod_reg = flags[0]
+            self.tree_flags = flags[1 + slice_levels:1 + slice_levels + self.levels]
         else:  # products registered twice (DSP out, then near the tree)
             self.prod_reg = True
             self.tree_flags = plan_stages([1] * self.levels + [1], L)[:self.levels]
         self.tree_regs = sum(self.tree_flags) + (self.pipe.lean and self.prod_reg)
-        self.rq_flags = plan_stages(rq, L)
+        self.rq_flags = [True, False] if self.pipe.round_reg else plan_stages(rq, L)
         self.latency = (f.steps + self.pipe.fold_stages + self.rom_reg + self.tree_regs
                         + sum(self.rq_flags))
         # products the device builds in logic, with a second product register to spare:
@@ -464,7 +484,9 @@ class DenseFolded(FoldStages, Dense):
         f = self.fold
         return {**super().describe(),
                 "fold": {"r_in": f.r_in, "c": f.c, "r_out": f.r_out, "m": f.m,
-                         "steps": f.steps, "rom": {"depth": self.rom_depth,
+                         "steps": f.steps, **({"logic_lanes": len(self.soft_keys)}
+                                              if self.soft_keys else {}),
+                         "rom": {"depth": self.rom_depth,
                                                    "width": self.rom_width,
                                                    "style": "block" if self.rom_block
                                                    else "logic"}}}

@@ -14,6 +14,10 @@ from ..plan.fold import Fold
 from ..plan.schedule import Schedule
 from .arith import const_mul, fit, shape_of
 
+# bits of a coefficient slice in a split logic product (folded: "fmax" products of logic
+# width, lean lanes the plan left without a DSP)
+SPLIT_SLICE = 2
+
 
 class FoldStages:
     """Mixed into DenseFolded: every method reads the plan DenseFolded._plan made (declared
@@ -116,12 +120,15 @@ class FoldStages:
         xb = xa if lean else self.regs(m, self.regs(m, xa, "xb"), "xc")
         return xb[:f.c], xb[f.c:], coef
 
+    soft_keys: frozenset[tuple[int, int]]  # lean: lanes without a DSP, split in slices
+    slice_k: int  # their slice width (DenseFolded._plan)
+
     def _slice_products(self, x: Value, c: Value) -> list[Value]:
         """x * (slice i of the signed coefficient c, at bit 0) for each `split_k`-bit slice:
         a sum of x << b where bit b of the slice is set, subtracted for c's sign bit (two's
         complement). Written as selects and one adder per slice rather than a `*`: yosys
         builds a signed-by-unsigned product with sign corrections, two more logic levels."""
-        k, out = self.split_k, []
+        k, out = self.split_k or self.slice_k, []
         for lo in range(0, self.cw, k):
             acc: Value | None = None
             for b in range(lo, min(lo + k, self.cw)):
@@ -142,19 +149,23 @@ class FoldStages:
         keys = sorted(self.lanes)
         ops = self._amaranth_ops(m)
         parts: list[list[Value]] = []  # per lane: its product, or its slices' products
+        split_all = bool(self.split_k)  # "fmax": every logic-width product (lean: soft_keys)
         for (t, j) in keys:
             col, kind = self.lanes[(t, j)]
             if kind == "shift":
                 parts.append([const_mul(xs[t], col[0])[0] << self.p_shift])
-            elif self.split_k:  # x * c = sum over slices i of x * c[i*k:(i+1)*k] << i*k
+            elif split_all or (t, j) in self.soft_keys:
+                # x * c = sum over slices i of x * c[i*k:(i+1)*k] << i*k
                 parts.append(self._slice_products(xs[t], coef[(t, j)]))
             else:
                 parts.append([xs[t] * coef[(t, j)] << self.p_shift])
-        if not self.split_k:
+        if not (split_all or self.soft_keys):
             pr = [self._wrap(ops, p[0]) for p in parts] + ctrl
             if self.prod_reg:
                 pr = self.regs(m, pr, "p")
         else:  # slices' products registered, summed before the second product register
+            # (lean: before the tree)
+            assert self.prod_reg
             flat = self.regs(m, [v for p in parts for v in p] + ctrl, "p")
             it = iter(flat)
             pr = []
@@ -162,7 +173,7 @@ class FoldStages:
                 vs = [next(it) for _ in p]
                 v = vs[0]
                 for i, u in enumerate(vs[1:], 1):
-                    v = v + (u << (i * self.split_k))
+                    v = v + (u << (i * (self.split_k or self.slice_k)))
                 pr.append(self._wrap(ops, v if len(vs) == 1 else v << self.p_shift))
             pr += list(it)
         if not self.pipe.lean:

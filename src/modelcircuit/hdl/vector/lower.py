@@ -45,6 +45,7 @@ class Options:
     adder_levels: int = 4
     schedule: Schedule = SCHEDULES["latency"]  # the register schedule
     strategy: Any = "mult"  # "mult" | "da", or Dense node name -> that (missing: "mult")
+    dsp_lanes: Any = None  # folded Dense node name -> lanes with a DSP (CircuitPlan.dsp_lanes)
 
 
 def _t(g: Graph, name: str, node: Node) -> FixedType:
@@ -90,7 +91,8 @@ def lower_dense(g: Graph, node: Node, opt: Options) -> Unit:
                  None if bn is None else _t(g, bn, node), tout, a.acc, a.relu,
                  opt.reuse.get(node.name, 1), opt.adder_levels, opt.schedule,
                  opt.strategy if isinstance(opt.strategy, str)
-                 else opt.strategy.get(node.name, "mult"))
+                 else opt.strategy.get(node.name, "mult"),
+                 dsp_lanes=None if opt.dsp_lanes is None else opt.dsp_lanes.get(node.name))
 
 
 def _elementwise(g: Graph, node: Node, fn: Callable[[list[list[Value]]], list[Value]],

@@ -77,7 +77,7 @@ class VectorDesign:
         self.adder_levels = sched.adder_levels
         self.fit = plan.fit
         self.strategy = plan.strategy
-        opt = Options(plan.reuse, sched.adder_levels, sched, plan.strategy)
+        opt = Options(plan.reuse, sched.adder_levels, sched, plan.strategy, plan.dsp_lanes)
         self.graph = g
         self.units: list[tuple[str, Any, Unit, int]] = []  # (instance, node, unit, start time)
         time = {g.inputs[0]: 0}
@@ -167,15 +167,17 @@ class ModelTop(wiring.Component):
             m.d.comb += en.eq(1)
             pipe_out, room = self._output_fifo(m, valid[self.latency], accept)
         else:
-            pipe_out, room = self._output_buffer(m, en, valid[self.latency]), en
-        self._input_ready(m, room, en, accept)
+            pipe_out, full_next = self._output_buffer(m, en, valid[self.latency])
+            room = en
+        self._input_ready(m, room, en, accept, None if self.credits else ~full_next)
         self._connect_units(m, en, valid, pipe_out)
         return m
 
-    def _output_buffer(self, m: Module, en: Signal, out_valid: Value) -> Signal:
+    def _output_buffer(self, m: Module, en: Signal, out_valid: Value) -> tuple[Signal, Value]:
         """The output skid buffer (2 entries, bypassed when empty): the clock enable depends
         on its fill level (a register) only, not combinationally on o.ready. Returns the
-        signal the pipeline's output drives."""
+        signal the pipeline's output drives, and whether the buffer is full next cycle (the
+        clock enable's next value is its negation)."""
         width = self.output_info["width"]
         count = Signal(range(3), name="obuf_n")
         head = Signal(width, name="obuf0", reset_less=True)
@@ -200,7 +202,7 @@ class ModelTop(wiring.Component):
             with m.Case(2):
                 with m.If(pop):
                     m.d.sync += [head.eq(tail), count.eq(1)]
-        return pipe_out
+        return pipe_out, ((count == 1) & push | (count == 2)) & ~pop
 
     def _output_fifo(self, m: Module, out_valid: Value, accept: Value) -> tuple[Signal, Value]:
         """The credit scheme's output FIFO (bypassed while empty) and its counter of vectors
@@ -221,12 +223,16 @@ class ModelTop(wiring.Component):
         m.d.sync += used.eq(used_next)
         return pipe_out, used_next
 
-    def _input_ready(self, m: Module, room: Value, en: Value, accept: Signal) -> None:
+    def _input_ready(self, m: Module, room: Value, en: Value, accept: Signal,
+                     en_next: Value | None = None) -> None:
         """i.ready = room (the clock enable), and for II > 1 only every II enabled cycles;
         accept = handshake. With credits (`room` is then the next count in use) i.ready is a
         register of its own, computed a cycle ahead from the counters' next values: the
         same signal, but the handshake is one LUT from flip-flops (an input port far from
-        the counters otherwise set the clock)."""
+        the counters otherwise set the clock). Without credits and II > 1 the same holds
+        from `en_next`, the clock enable's next value: i.ready leaves a flip-flop, so the
+        host's handshake logic and the pipeline's valid chain behind it have the cycle to
+        themselves (the iCE40 digits MLP inside its UART wrapper)."""
         m.d.comb += accept.eq(self.i.valid & self.i.ready)
         cool_ok: Value = 1  # II > 1: a down-counter from the last accept (cool == 0)
         cool_ok_next: Value = 1
@@ -237,6 +243,18 @@ class ModelTop(wiring.Component):
             with m.If(en):
                 m.d.sync += cool.eq(cool_next)
             cool_ok, cool_ok_next = cool == 0, cool_next == 0
+            if not self.credits:  # cool == 0 as a flip-flop of its own: i.ready is then one
+                # LUT from registers (the compare's LUT tree, then the host's enables of a
+                # whole input register, set the clock of the iCE40 digits MLP)
+                zero = Signal(init=1, name="cool_zero")
+                with m.If(en):
+                    m.d.sync += zero.eq(cool_ok_next)
+                cool_ok = zero
+                if en_next is not None:  # i.ready = en & cool_zero, a cycle ahead
+                    ready = Signal(init=1, name="i_ready")
+                    m.d.sync += ready.eq(en_next & Mux(en, cool_ok_next, zero))
+                    m.d.comb += self.i.ready.eq(ready)
+                    return
         if self.credits:
             ready = Signal(init=1, name="i_ready")
             m.d.sync += ready.eq((room < self.credits) & cool_ok_next)
