@@ -116,27 +116,43 @@ def test_area_registers_the_block_ram_read_and_the_products():
     assert area3["latency"] == plan_top(c, 3, pipeline="latency", adder_levels=6)["latency"] + 1
 
 
+@pytest.mark.parametrize("pipeline", ["area", "fmax"])
 @pytest.mark.parametrize("dsp", [0, 1, 3])
-def test_area_splits_the_products_the_plan_left_without_a_dsp(dsp):
+def test_split_products_the_plan_left_without_a_dsp(dsp, pipeline):
     """Lanes the circuit plan gives no DSP block (CircuitPlan.dsp_lanes) are built as
-    registered 2-bit coefficient slices under "area" (no `$mul` left for yosys to move to
-    logic as one deep array multiplier): the same latency, bit-exact with gaps and
-    back-pressure, and exactly the planned number of `$mul` cells in the netlist."""
+    registered coefficient slices (no `$mul` left for yosys to move to logic as one deep
+    array multiplier): "area" sums them in the next stage (the same latency), "fmax" feeds
+    every slice to the output's adder tree (deeper by the levels it needs). Bit-exact with
+    gaps and back-pressure, the simulated latency the planned one, and exactly the planned
+    number of `$mul` cells in the netlist."""
     from modelcircuit.hdl.export import convert
     from modelcircuit.hdl.plan.circuit import resolve_plan
 
-    c, x = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 16, 4, True, 2)
-    base = resolve_plan(c, 16, pipeline="area")  # one input a step, 4 lanes, 16 ROM words
-    assert base.dsp_lanes is None  # no FPGA profile: nothing planned
-    plan = dataclasses.replace(base, dsp_lanes={"fc": dsp})
-    want, got = plan_top(c, base), plan_top(c, plan)
-    lay = got["layers"][0]
-    assert lay["fold"]["rom"]["style"] == "block" and lay["multipliers"] >= 2
-    assert lay["fold"].get("logic_lanes", 0) == max(0, lay["multipliers"] - dsp)
-    assert got["latency"] == want["latency"]
-    _, il, _ = convert(c, plan)
-    assert il.count("cell $mul ") == min(dsp, lay["multipliers"])
-    check(c, x[:8], reuse=plan, gap=0.3, backpressure=0.3, seed=dsp)
+    # R=8 < N_in: 2 inputs a step, 8 lanes (two per output); R=16: one, 4 lanes
+    for reuse in (8, 16):
+        c, x = dense_case("fixed<10,4>", "fixed<8,2>", "fixed<10,4>", "fixed<10,4>", 16, 4,
+                          True, 2)
+        base = resolve_plan(c, reuse, pipeline=pipeline)
+        assert base.dsp_lanes is None  # no FPGA profile: nothing planned
+        plan = dataclasses.replace(base, dsp_lanes={"fc": dsp})
+        want, got = plan_top(c, base), plan_top(c, plan)
+        lay = got["layers"][0]
+        assert lay["multipliers"] >= 4
+        if pipeline == "area" and lay["fold"]["rom"]["style"] != "block":
+            assert "logic_lanes" not in lay["fold"]  # the product shares its stage
+            continue
+        assert lay["fold"].get("logic_lanes", 0) == max(0, lay["multipliers"] - dsp)
+        if pipeline == "area":
+            assert got["latency"] == want["latency"]
+        else:  # the slices of 4 more terms per lane
+            assert got["latency"] > want["latency"]
+        _, il, _ = convert(c, plan)
+        assert il.count("cell $mul ") == min(dsp, lay["multipliers"])
+        top, info = build_top(c, plan)
+        res = simulate(top, info, x[:3])
+        assert [b - a for a, b in zip(res.accepted, res.delivered, strict=True)] == \
+            [info["latency"]] * 3
+        check(c, x[:8], reuse=plan, gap=0.3, backpressure=0.3, seed=dsp)
 
 
 def test_dsp_lanes_spend_the_device_budget():
@@ -149,14 +165,17 @@ def test_dsp_lanes_spend_the_device_budget():
     g = mc.load_onnx(Path(mc.__file__).parent / "data" / "digits_mlp.onnx")
     reuse = {"fc1_matmul": 256, "fc2_matmul": 256, "fc3_matmul": 64}
     assert resolve_plan(mc.compile(g, precision="fixed<6,3>"), reuse).dsp_lanes is None
-    for dev in ("ice40-up5k", "ecp5-25k"):
-        c = mc.compile(g, precision="fixed<6,3>", profile=dev)
+    # an ECP5 builds products of <= 8-bit operands in logic in any case: none planned
+    c = mc.compile(g, precision="fixed<6,3>", profile="ecp5-25k")
+    assert set(resolve_plan(c, reuse).dsp_lanes.values()) == {0}
+    for dev, prec in (("ice40-up5k", "fixed<6,3>"), ("ecp5-25k", "fixed<12,4>")):
+        c = mc.compile(g, precision=prec, profile=dev)
         lanes = resolve_plan(c, reuse).dsp_lanes
         layers = plan_top(c, reuse)["layers"]
         mults = [lay["multipliers"] for lay in layers]
         got = [lanes[lay["node"]] for lay in layers]
         budget = all_profiles()[dev]["dsp"]
-        assert sum(got) == min(budget, sum(mults))  # one block per 6 x 6 product
+        assert sum(got) == min(budget, sum(mults))  # one block per product (<= 16 bits)
         assert all(0 <= k <= n for k, n in zip(got, mults, strict=True))
         # equal widths: an earlier layer is full before a later one gets any
         assert all(k == n or not any(got[i + 1:])

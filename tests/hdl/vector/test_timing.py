@@ -91,6 +91,17 @@ def test_nextpnr_router_option():
         nextpnr_args(prof, 150, True, "router3")
 
 
+def test_nextpnr_seed_option():
+    """The placer's seed is fixed (repeatable builds) and can be chosen (bench/fpga.py
+    --seeds quotes Fmax over more than one placement)."""
+    for dev in ("ecp5-85k", "ice40-up5k"):
+        prof = fpga_profile(dev)
+        a = nextpnr_args(prof, 50, True)
+        assert a[a.index("--seed") + 1] == "1"
+        b = nextpnr_args(prof, 50, True, seed=7)
+        assert b[b.index("--seed") + 1] == "7" and b.count("--seed") == 1
+
+
 def test_synth_script_without_dsp():
     """A DSP budget of 0 turns DSP inference off in the family's synthesis command."""
     from modelcircuit.hdl.flow.yosys import render

@@ -96,6 +96,7 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
     fam = fpga_families().get(prof.get("family") or "", {})
     amin, bmin, ymin = fam.get("dsp_min_widths", (0, 0, 0))
     mx = int(fam.get("dsp_max_width", 18))
+    narrow = int(fam.get("soft_multiplier_max_width", 0))  # logic in any case (the flow)
     g = compiled.graph
     wants: list[tuple[int, int, str, int, int]] = []  # (-width, order, node, lanes, blocks)
     for order, nd in enumerate(g.nodes):
@@ -112,7 +113,8 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
             continue
         cw = int(np.abs(lanes).max(axis=0)[mul].max()).bit_length() + 1
         a, b = int(dt.width), cw
-        blocks = 0 if (a < amin or b < bmin or a + b < ymin) else -(-a // mx) * -(-b // mx)
+        small = a < amin or b < bmin or a + b < ymin or max(a, b) <= narrow
+        blocks = 0 if small else -(-a // mx) * -(-b // mx)
         wants.append((-max(a, b), order, nd.name, int(mul.sum()), blocks))
     left = int(prof["dsp"])
     out: dict[str, int] = {}

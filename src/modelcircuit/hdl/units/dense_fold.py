@@ -122,6 +122,7 @@ class FoldStages:
 
     soft_keys: frozenset[tuple[int, int]]  # lean: lanes without a DSP, split in slices
     slice_k: int  # their slice width (DenseFolded._plan)
+    slice_terms: bool  # "fmax": the slices go to the adder tree as terms of their own
 
     def _slice_products(self, x: Value, c: Value) -> list[Value]:
         """x * (slice i of the signed coefficient c, at bit 0) for each `split_k`-bit slice:
@@ -168,12 +169,26 @@ class FoldStages:
             assert self.prod_reg
             flat = self.regs(m, [v for p in parts for v in p] + ctrl, "p")
             it = iter(flat)
+            k = self.split_k or self.slice_k
+            if self.slice_terms:  # "fmax": every slice a term of its output's adder tree
+                terms: list[list[Value]] = []
+                for p in parts:
+                    vs = [next(it) for _ in p]
+                    terms.append([self._wrap(ops, vs[0])] if len(vs) == 1 else
+                                 [self._wrap(ops, v << (i * k + self.p_shift))
+                                  for i, v in enumerate(vs)])
+                ctrl = list(it)
+                flat = self.regs(m, [v for ts in terms for v in ts] + ctrl, "pd")
+                it = iter(flat)
+                for (_t, j), ts in zip(keys, terms, strict=True):
+                    cols[j].extend(next(it) for _ in ts)
+                return cols, list(it)
             pr = []
             for p in parts:
                 vs = [next(it) for _ in p]
                 v = vs[0]
                 for i, u in enumerate(vs[1:], 1):
-                    v = v + (u << (i * (self.split_k or self.slice_k)))
+                    v = v + (u << (i * k))
                 pr.append(self._wrap(ops, v if len(vs) == 1 else v << self.p_shift))
             pr += list(it)
         if not self.pipe.lean:
