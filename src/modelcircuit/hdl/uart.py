@@ -46,6 +46,16 @@ def frame_bytes(bits: int) -> int:
     return max(1, (int(bits) + 7) // 8)
 
 
+def _load(cnt: Signal, zero: Signal, v: int) -> list[Any]:
+    """Load a down-counter and its `== 0` flip-flop (UartRx, UartTx)."""
+    return [cnt.eq(v), zero.eq(v == 0)]
+
+
+def _count_down(cnt: Signal, zero: Signal) -> list[Any]:
+    """One step down; `zero` says what cnt == 0 will say next cycle."""
+    return [cnt.eq(cnt - 1), zero.eq(cnt == 1)]
+
+
 class UartRx(wiring.Component):
     """8N1 receiver: `data`/`valid` pulse for one cycle per byte (2-FF synchronised rx)."""
 
@@ -68,42 +78,36 @@ class UartRx(wiring.Component):
         bits = Signal(4)
         sh = Signal(8)
 
-        def load(v: int) -> list[Any]:
-            return [cnt.eq(v), zero.eq(v == 0)]
-
-        def count() -> list[Any]:
-            return [cnt.eq(cnt - 1), zero.eq(cnt == 1)]
-
         m.d.sync += self.valid.eq(0)
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(~s2):
-                    m.d.sync += [*load(self.divisor // 2), bits.eq(0)]
+                    m.d.sync += [*_load(cnt, zero, self.divisor // 2), bits.eq(0)]
                     m.next = "START"
             with m.State("START"):  # re-check the start bit at its middle
                 with m.If(zero):
                     with m.If(s2):
                         m.next = "IDLE"
                     with m.Else():
-                        m.d.sync += load(self.divisor - 1)
+                        m.d.sync += _load(cnt, zero, self.divisor - 1)
                         m.next = "DATA"
                 with m.Else():
-                    m.d.sync += count()
+                    m.d.sync += _count_down(cnt, zero)
             with m.State("DATA"):
                 with m.If(zero):
                     m.d.sync += [sh.eq(Cat(sh[1:], s2)), bits.eq(bits + 1),
-                                 *load(self.divisor - 1)]
+                                 *_load(cnt, zero, self.divisor - 1)]
                     with m.If(bits == 7):
                         m.next = "STOP"
                 with m.Else():
-                    m.d.sync += count()
+                    m.d.sync += _count_down(cnt, zero)
             with m.State("STOP"):
                 with m.If(zero):
                     with m.If(s2):  # a framing error (low stop bit) drops the byte
                         m.d.sync += [self.data.eq(sh), self.valid.eq(1)]
                     m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += count()
+                    m.d.sync += _count_down(cnt, zero)
         return m
 
 
@@ -127,7 +131,7 @@ class UartTx(wiring.Component):
         idle = Signal(init=1)
         m.d.comb += self.ready.eq(idle)
         m.d.comb += self.tx.eq(sh[0])
-        bit = [cnt.eq(self.divisor - 1), zero.eq(self.divisor == 1)]
+        bit = _load(cnt, zero, self.divisor - 1)
         with m.If(idle):
             with m.If(self.valid):
                 m.d.sync += [sh.eq(Cat(Const(0, 1), self.data, Const(1, 1))), left.eq(10),
@@ -136,7 +140,7 @@ class UartTx(wiring.Component):
             m.d.sync += [sh.eq(Cat(sh[1:], Const(1, 1))), left.eq(left - 1),
                          idle.eq(left == 1), *bit]
         with m.Else():
-            m.d.sync += [cnt.eq(cnt - 1), zero.eq(cnt == 1)]
+            m.d.sync += _count_down(cnt, zero)
         return m
 
 

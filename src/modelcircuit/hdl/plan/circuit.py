@@ -87,10 +87,10 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
     (hdl/flow/yosys.soft_products), then in graph order; a product below the family's
     minimum DSP widths is logic anyway. None without an FPGA profile."""
     from ...graphs.profiles import fpga_families
-    from .fold import fold_lanes, fold_shape, lane_kinds
-    from .schedule import fpga_profile
+    from .fold import fold_lane_counts
+    from .schedule import fpga_profile_of
 
-    prof = fpga_profile(compiled.profile)
+    prof = fpga_profile_of(compiled.profile)
     if prof is None or not prof.get("dsp"):
         return None
     fam = fpga_families().get(prof.get("family") or "", {})
@@ -107,15 +107,13 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
         dt = g.tensor(nd.inputs[0]).dtype
         if w.ndim != 2 or not hasattr(dt, "width"):
             continue
-        lanes = fold_lanes(w, fold_shape(w.shape[0], w.shape[1], r))
-        mul = lane_kinds(lanes) == 2
-        if not mul.any():
+        _, n_mul, cw = fold_lane_counts(w, r)
+        if not n_mul:
             continue
-        cw = int(np.abs(lanes).max(axis=0)[mul].max()).bit_length() + 1
         a, b = int(dt.width), cw
         small = a < amin or b < bmin or a + b < ymin or max(a, b) <= narrow
         blocks = 0 if small else -(-a // mx) * -(-b // mx)
-        wants.append((-max(a, b), order, nd.name, int(mul.sum()), blocks))
+        wants.append((-max(a, b), order, nd.name, n_mul, blocks))
     left = int(prof["dsp"])
     out: dict[str, int] = {}
     for _, _, name, n, blocks in sorted(wants):

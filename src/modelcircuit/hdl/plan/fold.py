@@ -60,13 +60,25 @@ def lane_kinds(lanes: np.ndarray) -> np.ndarray:
     return np.where(~nonzero, 0, np.where(pow2, 1, 2))
 
 
+def fold_lane_counts(w: np.ndarray, r: int) -> tuple[int, int, int]:
+    """(lanes used, multiplier lanes, the multiplier lanes' coefficient width) of a Dense
+    with weights w folded at reuse r > 1, as hdl/units/dense.py builds it (the width is its
+    ROM lane width; 0 without a multiplier lane)."""
+    f = fold_shape(w.shape[0], w.shape[1], r)
+    lanes = fold_lanes(np.asarray(w, dtype=np.int64), f)
+    kinds = lane_kinds(lanes)
+    mul = kinds == 2
+    n_mul = int(mul.sum())
+    cw = int(np.abs(lanes).max(axis=0)[mul].max()).bit_length() + 1 if n_mul else 0
+    return int((kinds != 0).sum()), n_mul, cw
+
+
 def fold_multipliers(w: np.ndarray, r: int) -> int:
     """Time-shared multipliers of a Dense with weights w (N_in, N_out) at reuse r."""
     if r == 1:
         a = np.abs(w)
         return int(((a != 0) & ((a & (a - 1)) != 0)).sum())
-    f = fold_shape(w.shape[0], w.shape[1], r)
-    return int((lane_kinds(fold_lanes(np.asarray(w, dtype=np.int64), f)) == 2).sum())
+    return fold_lane_counts(w, r)[1]
 
 
 def coef_width(w: np.ndarray) -> int:
@@ -81,16 +93,8 @@ def layer_size(w: np.ndarray, r: int) -> tuple[int, int]:
     of every multiplier lane's coefficient per step."""
     if r == 1:
         return int(np.count_nonzero(w)), 0
-    f = fold_shape(w.shape[0], w.shape[1], r)
-    lanes = fold_lanes(w, f)
-    kinds = lane_kinds(lanes)
-    mul = kinds == 2
-    n_mul = int(mul.sum())
-    rom = 0
-    if n_mul:
-        amax = np.abs(lanes).max(axis=0)[mul].max()
-        rom = n_mul * (int(amax).bit_length() + 1) * f.steps
-    return int((kinds != 0).sum()), rom
+    used, n_mul, cw = fold_lane_counts(w, r)
+    return used, n_mul * cw * fold_shape(w.shape[0], w.shape[1], r).steps
 
 
 def size_bound(n_in: int, n_out: int, r: int, nnz: int, cw: int) -> tuple[int, int]:

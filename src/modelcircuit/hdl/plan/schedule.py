@@ -105,7 +105,7 @@ def family_schedule(family: str | None) -> str:
     return str(fpga_families().get(family or "", {}).get("schedule", "fmax"))
 
 
-def fpga_profile(profile: str | None) -> dict[str, Any] | None:
+def fpga_profile_of(profile: str | None) -> dict[str, Any] | None:
     """The profile's data when it is an FPGA's, else None."""
     if not profile:
         return None
@@ -118,13 +118,13 @@ def fpga_profile(profile: str | None) -> dict[str, Any] | None:
 def default_schedule(profile: str | None) -> str:
     """The register schedule for a profile: an FPGA's family default (family_schedule),
     else "latency" (fewest cycles: the jet tagger at R=1 in 12)."""
-    p = fpga_profile(profile)
+    p = fpga_profile_of(profile)
     return family_schedule(p.get("family")) if p is not None else "latency"
 
 
 def _soft_width(profile: str | None) -> int:
     """The profile's FPGA family's widest logic-built product operand (0: none / no FPGA)."""
-    p = fpga_profile(profile)
+    p = fpga_profile_of(profile)
     if p is None:
         return 0
     from ...graphs.profiles import fpga_families

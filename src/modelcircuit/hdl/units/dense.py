@@ -441,7 +441,7 @@ class DenseFolded(FoldStages, Dense):
         # lean, block RAM and `bram_reg`: the read registered, the products alone in their
         # stage (Schedule.bram_reg)
         self.rom_reg = self.pipe.lean and self.rom_block and self.pipe.bram_reg
-        mul_keys = sorted(k for k, v in self.lanes.items() if v[1] == "mul")
+        self.mul_keys = mul_keys = sorted(k for k, v in self.lanes.items() if v[1] == "mul")
         # products the device builds in logic, with a second product register to spare
         # ("fmax"): split over 2-bit slices of the coefficient (dense_fold._fold_products:
         # each x * slice is one adder, its AND in the carry chain's own LUTs; the slices are
@@ -512,7 +512,7 @@ class DenseFolded(FoldStages, Dense):
         m.d.comb += [first.eq(k == 0), last.eq(run & (k == f.r_in - 1))]
         ctrl = [first, last, g]
         # -- stage 1: ROM read (synchronous) and chunk register --------------------------
-        mul_keys = [key for key, (_, kind) in sorted(self.lanes.items()) if kind == "mul"]
+        mul_keys = self.mul_keys
         data = self._fold_rom(m, mul_keys, s) if mul_keys else None
         xa = self.regs(m, sr[:f.c] + ctrl, "xa")
         xs, ctrl, coef = self._fold_operands(m, xa, data, mul_keys)

@@ -120,7 +120,8 @@ class FoldStages:
         xb = xa if lean else self.regs(m, self.regs(m, xa, "xb"), "xc")
         return xb[:f.c], xb[f.c:], coef
 
-    soft_keys: frozenset[tuple[int, int]]  # lean: lanes without a DSP, split in slices
+    mul_keys: list[tuple[int, int]]  # the multiplier lanes, sorted (their order in the ROM)
+    soft_keys: frozenset[tuple[int, int]]  # lanes the plan left without a DSP, in slices
     slice_k: int  # their slice width (DenseFolded._plan)
     slice_terms: bool  # "fmax": the slices go to the adder tree as terms of their own
 

@@ -243,18 +243,17 @@ class ModelTop(wiring.Component):
             with m.If(en):
                 m.d.sync += cool.eq(cool_next)
             cool_ok, cool_ok_next = cool == 0, cool_next == 0
-            if not self.credits:  # cool == 0 as a flip-flop of its own: i.ready is then one
-                # LUT from registers (the compare's LUT tree, then the host's enables of a
-                # whole input register, set the clock of the iCE40 digits MLP)
+            if not self.credits:  # i.ready = en & (cool == 0), both a cycle ahead: cool == 0
+                # a flip-flop of its own (its compare's LUT tree, then the host's enables of
+                # a whole input register, once set the clock of the iCE40 digits MLP)
+                assert en_next is not None
                 zero = Signal(init=1, name="cool_zero")
                 with m.If(en):
                     m.d.sync += zero.eq(cool_ok_next)
-                cool_ok = zero
-                if en_next is not None:  # i.ready = en & cool_zero, a cycle ahead
-                    ready = Signal(init=1, name="i_ready")
-                    m.d.sync += ready.eq(en_next & Mux(en, cool_ok_next, zero))
-                    m.d.comb += self.i.ready.eq(ready)
-                    return
+                ready = Signal(init=1, name="i_ready")
+                m.d.sync += ready.eq(en_next & Mux(en, cool_ok_next, zero))
+                m.d.comb += self.i.ready.eq(ready)
+                return
         if self.credits:
             ready = Signal(init=1, name="i_ready")
             m.d.sync += ready.eq((room < self.credits) & cool_ok_next)
