@@ -8,6 +8,8 @@ values whose signedness is the FixedType's.
 
 from __future__ import annotations
 
+import math
+
 from amaranth.hdl import Cat, Const, Mux, Shape, Value, signed, unsigned
 
 from ...graphs.types import FixedType, Overflow, Rounding
@@ -136,3 +138,8 @@ def min_signed_width(lo: int, hi: int) -> int:
     while not (-(1 << (w - 1)) <= lo and hi <= (1 << (w - 1)) - 1):
         w += 1
     return w
+
+
+def tree_levels(n_terms: int) -> int:
+    """Adder levels of a balanced tree over n_terms values."""
+    return max(0, math.ceil(math.log2(n_terms))) if n_terms > 1 else 0

@@ -55,8 +55,6 @@ RAM's clock-to-out, a logic product and the accumulator never share a stage (+1 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal, Value, signed, unsigned
 
@@ -67,9 +65,9 @@ from ..plan.cmvm import csd
 from ..plan.fold import fold_lanes, fold_shape, lane_kinds
 from ..plan.schedule import Schedule, plan_stages
 from . import netlist_text
-from .arith import fit, overflow, relu, shift_round
+from .arith import fit, overflow, relu, shift_round, tree_levels
 from .base import Unit
-from .dense_fold import SPLIT_SLICE, FoldStages
+from .dense_fold import FoldStages
 
 # per layer: "mult" (a product per weight: DSPs, shifts, shift-add leaves) or "da" (R = 1:
 # one shared adder graph, hdl/plan/cmvm.py); "auto" is resolved per layer before lowering
@@ -129,10 +127,6 @@ class _AmaranthOps:
 
 
 _Ops = _AmaranthOps | netlist_text.TextOps
-
-
-def tree_levels(n_terms: int) -> int:
-    return max(0, math.ceil(math.log2(n_terms))) if n_terms > 1 else 0
 
 
 class Dense(Unit):
@@ -441,40 +435,7 @@ class DenseFolded(FoldStages, Dense):
         # lean, block RAM and `bram_reg`: the read registered, the products alone in their
         # stage (Schedule.bram_reg)
         self.rom_reg = self.pipe.lean and self.rom_block and self.pipe.bram_reg
-        self.mul_keys = mul_keys = sorted(k for k, v in self.lanes.items() if v[1] == "mul")
-        # products the device builds in logic, with a second product register to spare
-        # ("fmax"): split over 2-bit slices of the coefficient (dense_fold._fold_products:
-        # each x * slice is one adder, its AND in the carry chain's own LUTs; the slices are
-        # summed in the next stage)
-        soft = self.pipe.soft_width
-        self.split_k = (SPLIT_SLICE if mul_lanes and not self.pipe.lean
-                        and self.cw >= 2 * SPLIT_SLICE and max(self.cw, self.tx.width) <= soft
-                        else 0)
-        # lanes the plan left without a DSP (CircuitPlan.dsp_lanes), built as registered
-        # products of coefficient slices rather than `$mul`s yosys would make one deep array
-        # multiplier of: lean with the product alone in its stage ("area"), summed in the
-        # next stage before the tree (the same latency); "fmax", every slice a term of the
-        # output's adder tree, which grows by the levels it needs (the slices of a 16-bit
-        # coefficient: 8 terms, 3 levels, 2 a stage)
-        planned = (self.dsp_lanes is not None and not self.split_k
-                   and self.cw >= 2 * SPLIT_SLICE and (self.rom_reg or not self.pipe.lean))
-        self.soft_keys: frozenset[tuple[int, int]] = frozenset(
-            mul_keys[self.dsp_lanes:] if planned else [])
-        self.slice_terms = bool(self.soft_keys) and not self.pipe.lean
-        # lean: the slice width that balances the two stages: a k-bit slice's product is
-        # k - 1 adders, the next stage sums ceil(cw / k) slices, the tree and the
-        # accumulator (a 6-bit coefficient: 3-bit slices, 2 adders a stage; 2-bit ones made
-        # it 1 and 3); "fmax": 2-bit slices, one adder within its 2-level stage
-        self.slice_k = SPLIT_SLICE if self.slice_terms else min(
-            range(SPLIT_SLICE, self.cw // 2 + 1),
-            key=lambda k: (max(k - 1, -(-self.cw // k) + self.levels), -k),
-            default=SPLIT_SLICE)
-        n_slices = -(-self.cw // self.slice_k)
-        if self.slice_terms:  # the output columns' adder trees take every slice
-            self.levels = max(tree_levels(sum(n_slices if (t, j) in self.soft_keys else 1
-                                              for t in range(f.c) if (t, j) in self.lanes))
-                              for j in range(f.m))
-        slice_levels = n_slices - 1 if self.soft_keys and not self.slice_terms else 0
+        slice_levels = self._plan_slices(bool(mul_lanes))
         if self.pipe.lean:  # product, tree levels, accumulate: registers as planned
             mul_w = L if self.rom_reg else (self.pipe.mul_levels or L)
             flags = plan_stages([mul_w] + [1] * (slice_levels + self.levels) + [1], L)

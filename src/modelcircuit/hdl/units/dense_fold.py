@@ -12,7 +12,7 @@ from amaranth.lib.memory import Memory
 from ...graphs.types import FixedType
 from ..plan.fold import Fold
 from ..plan.schedule import Schedule
-from .arith import const_mul, fit, shape_of
+from .arith import const_mul, fit, shape_of, tree_levels
 
 # bits of a coefficient slice in a split logic product (folded: "fmax" products of logic
 # width, lean lanes the plan left without a DSP)
@@ -32,9 +32,15 @@ class FoldStages:
     rom_block: bool
     rom_reg: bool  # lean: the block RAM's read registered once more (Schedule.bram_reg)
     split_k: int  # coefficient slice width of split logic products (0: not split)
+    mul_keys: list[tuple[int, int]]  # the multiplier lanes, sorted (their order in the ROM)
+    soft_keys: frozenset[tuple[int, int]]  # lanes the plan left without a DSP, in slices
+    slice_k: int  # their slice width (DenseFolded._plan)
+    slice_terms: bool  # "fmax": the slices go to the adder tree as terms of their own
     prod_reg: bool
     rq_flags: list[bool]
+    levels: int  # the adder tree's per output lane
     # the layer (Dense.__init__) and the ports (Unit)
+    dsp_lanes: int | None  # multiplier lanes the circuit plan gave a DSP (None: any)
     tx: FixedType
     tout: FixedType
     n_in: int
@@ -45,6 +51,47 @@ class FoldStages:
     pipe: Schedule
     en: Signal
     start: Signal
+
+    def _plan_slices(self, has_mul: bool) -> int:
+        """Which multiplier lanes are built as coefficient slices, and how (part of
+        DenseFolded._plan, after the fold, the lanes and the ROM): sets mul_keys, split_k,
+        soft_keys, slice_terms, slice_k (and the tree's levels when the slices are its
+        terms). Returns the adder levels the slices' sum adds before the tree (lean)."""
+        f = self.fold
+        self.mul_keys = mul_keys = sorted(k for k, v in self.lanes.items() if v[1] == "mul")
+        # products the device builds in logic, with a second product register to spare
+        # ("fmax"): split over 2-bit slices of the coefficient (dense_fold._fold_products:
+        # each x * slice is one adder, its AND in the carry chain's own LUTs; the slices are
+        # summed in the next stage)
+        soft = self.pipe.soft_width
+        self.split_k = (SPLIT_SLICE if has_mul and not self.pipe.lean
+                        and self.cw >= 2 * SPLIT_SLICE and max(self.cw, self.tx.width) <= soft
+                        else 0)
+        # lanes the plan left without a DSP (CircuitPlan.dsp_lanes), built as registered
+        # products of coefficient slices rather than `$mul`s yosys would make one deep array
+        # multiplier of: lean with the product alone in its stage ("area"), summed in the
+        # next stage before the tree (the same latency); "fmax", every slice a term of the
+        # output's adder tree, which grows by the levels it needs (the slices of a 16-bit
+        # coefficient: 8 terms, 3 levels, 2 a stage)
+        planned = (self.dsp_lanes is not None and not self.split_k
+                   and self.cw >= 2 * SPLIT_SLICE and (self.rom_reg or not self.pipe.lean))
+        self.soft_keys: frozenset[tuple[int, int]] = frozenset(
+            mul_keys[self.dsp_lanes:] if planned else [])
+        self.slice_terms = bool(self.soft_keys) and not self.pipe.lean
+        # lean: the slice width that balances the two stages: a k-bit slice's product is
+        # k - 1 adders, the next stage sums ceil(cw / k) slices, the tree and the
+        # accumulator (a 6-bit coefficient: 3-bit slices, 2 adders a stage; 2-bit ones made
+        # it 1 and 3); "fmax": 2-bit slices, one adder within its 2-level stage
+        self.slice_k = SPLIT_SLICE if self.slice_terms else min(
+            range(SPLIT_SLICE, self.cw // 2 + 1),
+            key=lambda k: (max(k - 1, -(-self.cw // k) + self.levels), -k),
+            default=SPLIT_SLICE)
+        n_slices = -(-self.cw // self.slice_k)
+        if self.slice_terms:  # the output columns' adder trees take every slice
+            self.levels = max(tree_levels(sum(n_slices if (t, j) in self.soft_keys else 1
+                                              for t in range(f.c) if (t, j) in self.lanes))
+                              for j in range(f.m))
+        return n_slices - 1 if self.soft_keys and not self.slice_terms else 0
 
     def _fold_issue(self, m: Module) -> tuple[list[Signal], Signal, Signal, Signal, Signal]:
         """The input rotation and the step counters (issue stage): the rotating register,
@@ -119,11 +166,6 @@ class FoldStages:
                 coef[key] = cw[li * self.cw:(li + 1) * self.cw].as_signed()
         xb = xa if lean else self.regs(m, self.regs(m, xa, "xb"), "xc")
         return xb[:f.c], xb[f.c:], coef
-
-    mul_keys: list[tuple[int, int]]  # the multiplier lanes, sorted (their order in the ROM)
-    soft_keys: frozenset[tuple[int, int]]  # lanes the plan left without a DSP, in slices
-    slice_k: int  # their slice width (DenseFolded._plan)
-    slice_terms: bool  # "fmax": the slices go to the adder tree as terms of their own
 
     def _slice_products(self, x: Value, c: Value) -> list[Value]:
         """x * (slice i of the signed coefficient c, at bit 0) for each `split_k`-bit slice:
