@@ -5,16 +5,12 @@ hash of their source under ~/.cache/modelcircuit/emu (or $MODELCIRCUIT_CACHE/emu
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 
+from ..util import native
 from .codegen import render
 from .kernel import BLOCK, GpuError, Program
 
@@ -23,9 +19,7 @@ CXXFLAGS = ["-O2", "-std=c++17", "-shared", "-fPIC", "-fno-fast-math", "-ffp-con
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("MODELCIRCUIT_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "modelcircuit"
-    return base / "emu"
+    return native.cache_root() / "emu"
 
 
 def emulator_source(prog: Program, graph_name: str) -> str:
@@ -38,25 +32,13 @@ def emulator_source(prog: Program, graph_name: str) -> str:
 
 def build(source: str) -> Path:
     """Compile the emulator library (cached by source hash); returns the .so path."""
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    cxx = native.compiler("CXX", "g++", "c++")
     if not cxx:
         raise GpuError("the gpu-emu backend needs a C++ compiler (g++), none found on PATH")
-    key = hashlib.sha256((source + "\0" + " ".join(CXXFLAGS)).encode()).hexdigest()[:24]
-    out = cache_dir() / f"{key}.so"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        src = Path(tmp) / "emu.cpp"
-        src.write_text(source)
-        lib = Path(tmp) / "emu.so"
-        r = subprocess.run([cxx, *CXXFLAGS, str(src), "-o", str(lib)], capture_output=True,
-                           text=True)
-        if r.returncode != 0:
-            msg = (r.stderr.strip().splitlines() or ["?"])[0]
-            raise GpuError(f"g++ failed to build the emulator: {msg}")
-        os.replace(lib, out)
-    return out
+    try:
+        return native.shared_library(source, cc=cxx, flags=CXXFLAGS, kind="emu", suffix=".cpp")
+    except native.BuildError as e:
+        raise GpuError(f"g++ failed to build the emulator: {e}") from None
 
 
 @cache

@@ -35,9 +35,10 @@ from typing import Any
 import numpy as np
 
 from . import fixed as fx
+from . import native
 from . import reference as ref
 from .ir import Graph, GraphError, Node
-from .ops import MaxPoolAttrs, Op, ReshapeAttrs, SoftmaxAttrs
+from .ops import AvgPoolAttrs, ConvAttrs, MaxPoolAttrs, Op, ReshapeAttrs, SoftmaxAttrs
 from .threads import golden_threads
 from .types import FixedType, NumType, Overflow, Rounding
 
@@ -107,6 +108,13 @@ class Plan:
 
     def __init__(self, g: Graph) -> None:
         self._g = weakref.ref(g)  # the plan keeps no graph alive (_PLANS is keyed by id)
+        # the C loops (graphs/native.py) where they could be built; else the numpy steps
+        self.loops = native.loops()
+        # a ReLU whose input is an Add/Sub's output read by nothing else: where the Add runs
+        # its fast step, that step's clamp does it (max(clamp(v, lo, hi), 0) =
+        # clamp(v, max(lo, 0), hi) for hi >= 0) and the ReLU step passes its input on
+        self.relu_of: dict[str, str] = self._fusable_relus(g)  # add node -> relu node
+        self.fused: set[str] = set()  # the ReLUs so done
         slot: dict[str, int] = {}
         for name in g.inputs:
             slot.setdefault(name, len(slot))
@@ -125,6 +133,24 @@ class Plan:
         self.in_shapes = [tuple(g.tensor(n).shape) for n in g.inputs]
         self._local = threading.local()
 
+    @staticmethod
+    def _fusable_relus(g: Graph) -> dict[str, str]:
+        readers: dict[str, list[Node]] = {}
+        for node in g.nodes:
+            for name in node.inputs:
+                readers.setdefault(name, []).append(node)
+        fused = {}
+        for node in g.nodes:
+            if node.op not in (Op.ADD, Op.SUB) or node.outputs[0] in g.outputs:
+                continue
+            r = readers.get(node.outputs[0], [])
+            if len(r) != 1 or r[0].op != Op.RELU:
+                continue
+            t_in, t_out = _dtype(g, node.outputs[0]), _dtype(g, r[0].outputs[0])
+            if _holds(t_out, t_in) and isinstance(t_in, FixedType) and t_in.qmax >= 0:
+                fused[node.name] = r[0].name
+        return fused
+
     @property
     def g(self) -> Graph:
         g = self._g()
@@ -136,7 +162,8 @@ class Plan:
     def _step(self, i: int, node: Node) -> Step:
         fast = {Op.DENSE: self._dense, Op.CONV: self._conv, Op.ADD: self._add,
                 Op.SUB: self._add, Op.RELU: self._relu, Op.MAX_POOL: self._max_pool,
-                Op.RESHAPE: self._reshape, Op.SOFTMAX: self._softmax}.get(node.op)
+                Op.RESHAPE: self._reshape, Op.SOFTMAX: self._softmax,
+                Op.AVG_POOL: self._avg_pool}.get(node.op)
         step = fast(i, node) if fast is not None else None
         if step is not None:
             return step
@@ -160,6 +187,7 @@ class Plan:
         n_out = w.shape[1]
         rnd = {"floor": np.floor, "rint": np.rint}.get(lp.rounding)
         macs = lp.macs
+        epilogue = self._epilogue(lp)
 
         def step(g: Graph, ins: list[Array], work: _Work) -> Array:
             x = ins[0]
@@ -171,6 +199,8 @@ class Plan:
             y = work.get(i, (n, n_out), dt)
             ref.blas_threads(n * macs)
             np.matmul(x, w, out=y)
+            if epilogue is not None and epilogue(y):
+                return y
             if b is not None:
                 np.add(y, b, out=y)
             if rnd is not None:
@@ -179,14 +209,49 @@ class Plan:
 
         return step
 
+    def _epilogue(self, lp: ref.Linear) -> Callable[[Array], bool] | None:
+        """The fused bias, rounding and clamp of a Dense/Conv as one C loop, in place on its
+        (rows, n) GEMM result (False where the loop does not take the array)."""
+        L = self.loops
+        if L is None or lp.arith is None or not lp.arith.fused:
+            return None
+        mode = {"floor": native.EPI_FLOOR, "rint": native.EPI_RINT}.get(lp.rounding,
+                                                                        native.EPI_NONE)
+        b, lo, hi = lp.b, lp.lo, lp.hi
+        return lambda y: L.epilogue(y, b, mode, lo, hi)
+
     def _conv(self, i: int, node: Node) -> Step:
         g = self.g
         lp = ref.conv_linear(g, node)
         shape = tuple(g.tensor(node.outputs[0]).shape)
+        epilogue = self._epilogue(lp) if lp.w.ndim == 2 else None
+        if epilogue is None:
+            def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+                out = work.get(i, (ins[0].shape[0],) + shape, lp.out_dtype)
+                return ref.conv(g, node, ins, out=out)
+
+            return step
+        a = ConvAttrs.of(node)
+        out_sp, cout = shape[:-1], shape[-1]
+
+        def rows(cols: Array, o: Array) -> Array:
+            """reference._linear_out's fused path, its epilogue one C loop."""
+            y = lp.gemm(cols, o)
+            if y is not o:
+                o[...] = y
+            if not epilogue(o):
+                if lp.b is not None:
+                    o += lp.b
+                if lp.rounding == "floor":
+                    np.floor(o, out=o)
+                elif lp.rounding == "rint":
+                    np.rint(o, out=o)
+                _clip(o, lp.lo, lp.hi, out=o)
+            return o
 
         def step(g: Graph, ins: list[Array], work: _Work) -> Array:
             out = work.get(i, (ins[0].shape[0],) + shape, lp.out_dtype)
-            return ref.conv(g, node, ins, out=out)
+            return ref.conv_rows(ins[0], a, out_sp, lp.dtype, cout, lp.out_dtype, rows, out)
 
         return step
 
@@ -217,11 +282,19 @@ class Plan:
         ka = 2.0 ** (f - ta.frac - s)  # codes -> the output's grid (exact powers of two)
         kb = sign * 2.0 ** (f - tb.frac - s)
         lo, hi = float(out.qmin), float(out.qmax)
+        if node.name in self.relu_of:
+            lo = max(lo, 0.0)
+            self.fused.add(self.relu_of[node.name])
         rounding = out.rounding if s > 0 else None
+        L = self.loops
+        mode = {None: native.A_NONE, Rounding.TRN: native.A_FLOOR, Rounding.RND: native.A_HALF_UP,
+                Rounding.RND_CONV: native.A_RINT}[rounding]
 
         def step(g: Graph, ins: list[Array], work: _Work) -> Array:
             a, b = ins
             y = work.get(i, a.shape, np.float64)
+            if L is not None and L.add(a, b, y, ka, kb, mode, lo, hi):
+                return y
             t = work.get((i, "t"), a.shape, np.float64)
             # in float64 whatever the codes are held in (float32 would underflow 2**-150)
             np.multiply(a, ka, out=y, dtype=np.float64)
@@ -240,6 +313,8 @@ class Plan:
 
     def _relu(self, i: int, node: Node) -> Step | None:
         g = self.g
+        if node.name in self.fused:
+            return lambda g, ins, w: ins[0]  # the Add before it clamped at 0
         out = self._fixed_out(node)
         if out is None or not (_holds(out, _dtype(g, node.inputs[0])) or "relu" in FORCE):
             return None
@@ -277,6 +352,36 @@ class Plan:
 
         return step
 
+    def _avg_pool(self, i: int, node: Node) -> Step | None:
+        """A window over the whole frame (global average pooling) without padding: the
+        window sum is one reduction over the spatial axes instead of a pass per position."""
+        g = self.g
+        out = self._fixed_out(node)
+        a = AvgPoolAttrs.of(node)
+        t_in = _dtype(g, node.inputs[0])
+        shape_in = tuple(g.tensor(node.inputs[0]).shape)
+        if (out is None or not isinstance(t_in, FixedType) or any(a.pads)
+                or tuple(a.kernel) != shape_in[:-1] or a.recip_type is None
+                or len(node.inputs) < 2):
+            return None
+        count = int(np.prod(a.kernel))
+        rc = np.asarray(g.constants[node.inputs[1]]).astype(np.int64)
+        recip = rc.reshape(-1)[count] if a.exclude_pad else rc.reshape(-1)[0]
+        frac = t_in.frac + a.recip_type.frac
+        axes = tuple(range(1, len(shape_in)))
+        # a float64 sum of the codes is exact when it stays under 2**53
+        f64_ok = _mag(t_in) * count < _EXACT64
+
+        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+            x = ins[0]
+            if x.dtype.kind == "f" and f64_ok:
+                acc = x.sum(axis=axes, dtype=np.float64, keepdims=True).astype(np.int64)
+            else:
+                acc = x.astype(np.int64).sum(axis=axes, keepdims=True)
+            return fx.requantize(acc * recip, frac, out)
+
+        return step
+
     def _softmax(self, i: int, node: Node) -> Step | None:
         """reference.softmax's integers (tables of the compiled node), in reused arrays."""
         g = self.g
@@ -291,9 +396,22 @@ class Plan:
         r_lo, r_sh = np.int64(a.recip_lo), np.int64(a.recip_shift)
         r_hi = np.int64(a.recip_lo + (rec_t.shape[0] << a.recip_shift) - 1)
         frac = a.exp_type.frac + a.recip_type.frac
+        L = self.loops
+        e_args = (int(e_lo), int(e_hi), int(e_sh))
+        r_args = (int(r_lo), int(r_hi), int(r_sh))
+        s_out = frac - out.frac
+        req = {Rounding.TRN: native.R_TRN, Rounding.RND: native.R_RND,
+               Rounding.RND_CONV: native.R_RND_CONV}[out.rounding]
+        req_c = L is not None and out.overflow == Overflow.SAT and 0 < s_out < 63
 
         def step(g: Graph, ins: list[Array], work: _Work) -> Array:
             x = ins[0]
+            if L is not None:
+                e = work.get((i, "e"), x.shape, np.int64)
+                if L.softmax(x, e, exp_t, e_args, rec_t, r_args):
+                    if req_c and L.requantize_sat(e, s_out, req, out.qmin, out.qmax):
+                        return e
+                    return fx.requantize(e, frac, out)
             q = work.get((i, "q"), x.shape, np.int64)
             np.copyto(q, x, casting="unsafe")  # exact: the codes, however held
             np.subtract(q, q.max(axis=-1, keepdims=True), out=q)
@@ -383,10 +501,18 @@ class Plan:
             dt = np.float32 if (x.dtype == np.float32 and t.width <= 24 and 0 <= t.frac <= 100
                                 and "quantize32" not in FORCE) or (
                 "quantize32" in FORCE and x.dtype == np.float32) else np.float64
+            r = work.get(("q", name, "r"), x.shape, dt)
+            L = self.loops
+            if L is not None and L.quantize(
+                    x, r, dt(2.0 ** t.frac),
+                    native.Q_RINT if t.rounding == Rounding.RND_CONV else
+                    native.Q_HALF_UP if t.rounding == Rounding.RND else native.Q_FLOOR,
+                    dt(t.qmin), dt(t.qmax)):
+                out.append(r)  # the steps below in one C loop
+                continue
             y = work.get(("q", name), x.shape, dt)
             with np.errstate(over="ignore"):  # float32 beyond its range: inf, clipped to qmax
                 np.multiply(x, dt(2.0 ** t.frac), out=y)  # exact, as np.ldexp
-            r = work.get(("q", name, "r"), x.shape, dt)
             if t.rounding == Rounding.RND_CONV:
                 np.rint(y, out=r)  # half to even, as np.round
             else:

@@ -1,0 +1,149 @@
+/* The golden model's element-wise loops (graphs/native.py): the same IEEE operations, in the
+ * same order, as the numpy steps they replace (graphs/golden_plan.py), one pass instead of
+ * three to six. Built with -ffp-contract=off and without -ffast-math: every result is that
+ * of the numpy code bit for bit (floor, nearbyint and comparisons are exact; the one add and
+ * the one multiply are rounded once, as numpy rounds them; the clamp keeps the value where
+ * it equals a bound, as np.clip does, so a -0.0 stays -0.0 as there). */
+#include <math.h>
+#include <stdint.h>
+
+/* Dense/Conv epilogue, in place on a C-contiguous (rows, n) GEMM result:
+ * y = clamp(round(y + b[j]), lo, hi); mode 0: no rounding, 1: floor, 2: rint (half to
+ * even, the default rounding mode, as np.rint); b may be NULL (no add). One fused loop per
+ * case, so that the compiler vectorises it. */
+#define CLAMP(v, lo, hi) ((v) < (lo) ? (lo) : ((v) > (hi) ? (hi) : (v)))
+#define EPI_LOOP(T, EXPR)                                                              \
+    for (int64_t i = 0; i < rows; i++) {                                               \
+        T *restrict r = y + i * n;                                                     \
+        for (int64_t j = 0; j < n; j++) {                                              \
+            T v = EXPR;                                                                \
+            r[j] = CLAMP(v, lo, hi);                                                   \
+        }                                                                              \
+    }
+#define EPILOGUE(T, NAME)                                                              \
+    void NAME(T *restrict y, const T *restrict b, int64_t rows, int64_t n, int mode,   \
+              T lo, T hi) {                                                            \
+        if (b) {                                                                       \
+            if (mode == 1) { EPI_LOOP(T, floor(r[j] + b[j])) }                         \
+            else if (mode == 2) { EPI_LOOP(T, rint(r[j] + b[j])) }                \
+            else { EPI_LOOP(T, r[j] + b[j]) }                                          \
+        } else {                                                                       \
+            if (mode == 1) { EPI_LOOP(T, floor(r[j])) }                                \
+            else if (mode == 2) { EPI_LOOP(T, rint(r[j])) }                       \
+            else { EPI_LOOP(T, r[j]) }                                                 \
+        }                                                                              \
+    }
+EPILOGUE(double, mc_epilogue_f64)
+EPILOGUE(float, mc_epilogue_f32)
+
+/* Quantization of float inputs to codes held as floats (golden_plan.Plan.quantize):
+ * y = x * scale (in the output's type), then mode 0: rint, 1: floor, 2: floor plus one
+ * where y - floor(y) >= 1/2 (round half up); clamp to [lo, hi]. */
+#define QUANTIZE(TI, TO, NAME)                                                         \
+    void NAME(const TI *x, TO *out, int64_t n, TO scale, int mode, TO lo, TO hi) {    \
+        for (int64_t i = 0; i < n; i++) {                                              \
+            TO y = (TO)x[i] * scale;                                                   \
+            TO r;                                                                      \
+            if (mode == 0) {                                                           \
+                r = rint(y);                                                      \
+            } else {                                                                   \
+                r = floor(y);                                                          \
+                if (mode == 2 && y - r >= (TO)0.5) r = r + (TO)1;                      \
+            }                                                                          \
+            out[i] = CLAMP(r, lo, hi);                                                 \
+        }                                                                              \
+    }
+QUANTIZE(float, float, mc_quantize_f32_f32)
+QUANTIZE(float, double, mc_quantize_f32_f64)
+QUANTIZE(double, double, mc_quantize_f64_f64)
+
+/* Softmax of one row of integer codes (reference.softmax): e = exp_t[index(x - max)],
+ * s = sum e, out = e * rec_t[index(s)] (int64, before the requantization); index(v) =
+ * (clamp(v, lo, hi) - lo) >> shift. */
+#define SOFTMAX(T, NAME)                                                               \
+    void NAME(const T *x, int64_t *out, int64_t rows, int64_t n, const int64_t *exp_t,  \
+              int64_t e_lo, int64_t e_hi, int64_t e_sh, const int64_t *rec_t,           \
+              int64_t r_lo, int64_t r_hi, int64_t r_sh) {                               \
+        for (int64_t i = 0; i < rows; i++) {                                           \
+            const T *r = x + i * n;                                                    \
+            int64_t *o = out + i * n;                                                  \
+            int64_t m = (int64_t)r[0];                                                 \
+            for (int64_t j = 1; j < n; j++) {                                          \
+                int64_t v = (int64_t)r[j];                                             \
+                m = v > m ? v : m;                                                     \
+            }                                                                          \
+            int64_t s = 0;                                                             \
+            for (int64_t j = 0; j < n; j++) {                                          \
+                int64_t q = (int64_t)r[j] - m;                                         \
+                q = q < e_lo ? e_lo : (q > e_hi ? e_hi : q);                           \
+                o[j] = exp_t[(q - e_lo) >> e_sh];                                      \
+                s += o[j];                                                             \
+            }                                                                          \
+            s = s < r_lo ? r_lo : (s > r_hi ? r_hi : s);                               \
+            int64_t rc = rec_t[(s - r_lo) >> r_sh];                                    \
+            for (int64_t j = 0; j < n; j++) o[j] = o[j] * rc;                          \
+        }                                                                              \
+    }
+SOFTMAX(double, mc_softmax_f64)
+SOFTMAX(float, mc_softmax_f32)
+SOFTMAX(int64_t, mc_softmax_i64)
+
+/* Sum of two activations on the output's grid (golden_plan's Add/Sub): v = a * ka + b * kb
+ * in double (ka, kb exact powers of two, signed; each product and the sum exact under 2**53,
+ * which the plan checks), then mode 0: none, 1: floor (TRN), 2: floor(v + 1/2) (RND),
+ * 3: rint (RND_CONV); clamp to [lo, hi]. */
+#define ADD(TA, TB, NAME)                                                              \
+    void NAME(const TA *restrict a, const TB *restrict b, double *restrict y, int64_t n, \
+              double ka, double kb, int mode, double lo, double hi) {                  \
+        if (mode == 1) {                                                               \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                double v = floor((double)a[i] * ka + (double)b[i] * kb);               \
+                y[i] = CLAMP(v, lo, hi);                                               \
+            }                                                                          \
+        } else if (mode == 2) {                                                        \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                double v = floor(((double)a[i] * ka + (double)b[i] * kb) + 0.5);       \
+                y[i] = CLAMP(v, lo, hi);                                               \
+            }                                                                          \
+        } else if (mode == 3) {                                                        \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                double v = rint((double)a[i] * ka + (double)b[i] * kb);                \
+                y[i] = CLAMP(v, lo, hi);                                               \
+            }                                                                          \
+        } else {                                                                       \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                double v = (double)a[i] * ka + (double)b[i] * kb;                      \
+                y[i] = CLAMP(v, lo, hi);                                               \
+            }                                                                          \
+        }                                                                              \
+    }
+ADD(double, double, mc_add_f64_f64)
+ADD(double, float, mc_add_f64_f32)
+ADD(double, int64_t, mc_add_f64_i64)
+ADD(float, double, mc_add_f32_f64)
+ADD(float, float, mc_add_f32_f32)
+ADD(float, int64_t, mc_add_f32_i64)
+ADD(int64_t, double, mc_add_i64_f64)
+ADD(int64_t, float, mc_add_i64_f32)
+ADD(int64_t, int64_t, mc_add_i64_i64)
+
+/* Requantization of int64 codes in place (fixed.requantize for a saturating type and
+ * 0 < s < 63): drop s bits with mode 0: floor (TRN), 1: + the first dropped bit (RND),
+ * 2: half to even (RND_CONV); clamp to [lo, hi]. */
+void mc_requantize_sat_i64(int64_t *q, int64_t n, int s, int mode, int64_t lo, int64_t hi) {
+    const int64_t below_mask = s > 1 ? (((int64_t)1 << (s - 1)) - 1) : 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = q[i];
+        int64_t fl = v >> s;
+        if (mode != 0) {
+            int64_t half = (v >> (s - 1)) & 1;
+            if (mode == 1) {
+                fl += half;
+            } else if (half && ((v & below_mask) != 0 || (fl & 1))) {
+                fl += 1;
+            }
+        }
+        fl = fl < lo ? lo : fl;
+        q[i] = fl > hi ? hi : fl;
+    }
+}

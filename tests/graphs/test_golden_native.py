@@ -1,0 +1,212 @@
+"""The golden model's C loops (graphs/native.py, templates/golden/loops.c) give the numpy
+steps' bits: each loop against its numpy steps on values chosen to break a careless loop
+(halves on both sides of zero, signed zeros, the clamp bounds and beyond, infinities in the
+input quantization, every rounding mode and every held dtype), whole models with the loops
+against the plan without them and against reference.execute, and the fallback where no
+compiler can build them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import modelcircuit as mc
+from modelcircuit.graphs import fixed as fx
+from modelcircuit.graphs import golden_plan, host, native, reference
+from modelcircuit.graphs.types import FixedType, Overflow, Rounding
+from modelcircuit.util import native as unative
+
+from .test_golden_plan import _models
+
+HAVE_CC = bool(unative.compiler("CC", "gcc", "cc"))
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler (gcc/cc) on PATH: the golden "
+                              "model runs its numpy steps, tested elsewhere")
+
+
+@pytest.fixture
+def loops() -> native.Loops:
+    lp = native.loops()
+    assert lp is not None, native.status()  # a compiler is here: the loops must build
+    return lp
+
+
+def _hard_values(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
+    """Integers and halves around zero, signed zeros, large values and random ones."""
+    k = rng.integers(-40, 40, n)
+    v = np.concatenate([k.astype(np.float64), k + 0.5, k - 0.5, [0.0, -0.0, 0.5, -0.5, 1.5, -1.5,
+                                                                 2.5, -2.5],
+                        rng.standard_normal(n) * scale, rng.standard_normal(n) * scale * 1e3])
+    return rng.permutation(v)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@needs_cc
+@pytest.mark.parametrize("dt", [np.float64, np.float32])
+@pytest.mark.parametrize("mode,rnd", [(native.EPI_NONE, None), (native.EPI_FLOOR, np.floor),
+                                      (native.EPI_RINT, np.rint)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_epilogue_equals_numpy(loops, dt, mode, rnd, bias):
+    rng = np.random.default_rng(1)
+    for lo, hi in ((0.0, 31.0), (-128.0, 127.0), (-3.0, -1.0)):
+        y = _hard_values(rng, 300, 20.0).astype(dt)
+        y = y[: (y.size // 12) * 12].reshape(-1, 12)
+        b = (rng.integers(-8, 8, 12) * 0.25).astype(dt) if bias else None
+        want = y.copy()
+        if b is not None:
+            np.add(want, b, out=want)
+        if rnd is not None:
+            rnd(want, out=want)
+        golden_plan._clip(want, dt(lo), dt(hi), out=want)
+        got = y.copy()
+        assert loops.epilogue(got, b, mode, dt(lo), dt(hi))
+        assert _same_bits(got, want), (lo, hi)
+
+
+@needs_cc
+@pytest.mark.parametrize("ti,to", [(np.float32, np.float32), (np.float32, np.float64),
+                                   (np.float64, np.float64)])
+@pytest.mark.parametrize("rounding", list(Rounding))
+def test_quantize_equals_fx_quantize(loops, ti, to, rounding):
+    """The plan's quantization with the loop == fx.quantize (the definition), including
+    values that overflow float32 to inf after scaling (they saturate)."""
+    rng = np.random.default_rng(2)
+    for width, frac in ((8, 3), (16, 6), (24, 10), (6, 8), (10, -2)):
+        if to == np.float32 and (width > 24 or frac < 0):
+            continue  # the plan holds those in float64
+        t = FixedType(width, width - frac, True, rounding, Overflow.SAT)
+        scale = 2.0 ** -t.frac
+        x = (_hard_values(rng, 200, 4.0) * scale * 2).astype(ti)
+        if ti == np.float32:
+            x = np.concatenate([x, np.array([3e38, -3e38], dtype=np.float32)])
+        out = np.empty(x.shape, to)
+        mode = (native.Q_RINT if rounding == Rounding.RND_CONV else
+                native.Q_HALF_UP if rounding == Rounding.RND else native.Q_FLOOR)
+        with np.errstate(over="ignore"):
+            assert loops.quantize(x, out, to(2.0 ** t.frac), mode, to(t.qmin), to(t.qmax))
+        assert np.array_equal(out.astype(np.int64), fx.quantize(x.astype(np.float64), t)), t
+
+
+@needs_cc
+@pytest.mark.parametrize("ta", [np.float64, np.float32, np.int64])
+@pytest.mark.parametrize("tb", [np.float64, np.float32, np.int64])
+def test_add_equals_numpy(loops, ta, tb):
+    rng = np.random.default_rng(3)
+    a = rng.integers(-1000, 1000, 480).astype(ta)
+    b = rng.integers(-1000, 1000, 480).astype(tb)
+    for ka, kb in ((0.5, -0.25), (1.0, 1.0), (0.125, 2.0)):
+        for mode, lo, hi in ((native.A_NONE, -600.0, 600.0), (native.A_FLOOR, -100.0, 100.0),
+                             (native.A_HALF_UP, 0.0, 255.0), (native.A_RINT, -50.0, 50.0)):
+            want = np.multiply(a, ka, dtype=np.float64)
+            np.add(want, np.multiply(b, kb, dtype=np.float64), out=want)
+            if mode == native.A_HALF_UP:
+                want = np.floor(want + 0.5)
+            elif mode == native.A_FLOOR:
+                want = np.floor(want)
+            elif mode == native.A_RINT:
+                want = np.rint(want)
+            golden_plan._clip(want, lo, hi, out=want)
+            got = np.empty(a.shape, np.float64)
+            assert loops.add(a, b, got, ka, kb, mode, lo, hi)
+            assert _same_bits(got, want), (ka, kb, mode)
+
+
+@needs_cc
+@pytest.mark.parametrize("rounding", list(Rounding))
+def test_requantize_equals_fx(loops, rounding):
+    rng = np.random.default_rng(4)
+    q = np.concatenate([rng.integers(-2**40, 2**40, 500), rng.integers(-64, 64, 200),
+                        [2**62, -2**62, 2**63 - 1, -2**63]]).astype(np.int64)
+    mode = {Rounding.TRN: native.R_TRN, Rounding.RND: native.R_RND,
+            Rounding.RND_CONV: native.R_RND_CONV}[rounding]
+    for s in (1, 2, 5, 17, 40, 62):
+        t = FixedType(16, 8, True, rounding, Overflow.SAT)
+        got = q.copy()
+        assert loops.requantize_sat(got, s, mode, t.qmin, t.qmax)
+        assert np.array_equal(got, fx.requantize(q, t.frac + s, t)), s
+
+
+@needs_cc
+def test_models_with_and_without_the_loops(tmp_path, monkeypatch):
+    """Whole models: the plan with the loops == the plan without them == the definition."""
+    for name, path in _models(tmp_path).items():
+        for prec in ("fixed<16,6>", "fixed<8,3>", "fixed<10,4,RND>", "fixed<7,2,RND_CONV>"):
+            c = mc.compile(mc.load_onnx(path), precision=prec)
+            g = c.graph
+            x = (3 * np.random.default_rng(5).standard_normal(
+                (17, *host.input_shape(c)))).astype(np.float32)
+            codes = host.encode(c, x)
+            want = reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+            with_c = golden_plan.Plan(g)
+            assert with_c.loops is not None
+            monkeypatch.setenv(native.ENV, "0")
+            without = golden_plan.Plan(g)
+            monkeypatch.delenv(native.ENV)
+            assert without.loops is None
+            for p in (with_c, without):
+                got = p.execute([codes], inputs_are_codes=True)[g.outputs[0]]
+                assert np.array_equal(got, want), (name, prec, p.loops)
+            if getattr(c, "head", None) is None:
+                assert np.array_equal(with_c.execute([x])[g.outputs[0]],
+                                      without.execute([x])[g.outputs[0]]), (name, prec)
+
+
+@needs_cc
+def test_the_loops_run(tmp_path, monkeypatch):
+    """The C loops are what runs (not a silent fallback): every loop is called on the
+    residual CNN and the digits CNN (epilogue, add, quantize; softmax on a model with one)."""
+    calls: dict[str, int] = {}
+    lp = native.loops()
+    for meth in ("epilogue", "add", "quantize", "softmax"):
+        real = getattr(lp, meth)
+
+        def counted(*a, _real=real, _m=meth, **k):
+            ok = _real(*a, **k)
+            calls[_m] = calls.get(_m, 0) + int(ok)
+            return ok
+
+        monkeypatch.setattr(lp, meth, counted)
+    for path in _models(tmp_path).values():
+        c = mc.compile(mc.load_onnx(path), precision="fixed<8,3>")
+        golden_plan.Plan(c.graph).values(np.zeros((3, *host.input_shape(c)), np.float32), True)
+    assert calls.get("epilogue", 0) > 0 and calls.get("add", 0) > 0, calls
+    assert calls.get("quantize", 0) > 0, calls
+    if any(n.op == "Softmax" for p in _models(tmp_path).values()
+           for n in mc.compile(mc.load_onnx(p), precision="fixed<8,3>").graph.nodes):
+        assert calls.get("softmax", 0) > 0, calls
+
+
+def test_no_compiler_falls_back_to_numpy(tmp_path, monkeypatch):
+    """A compiler that fails: no loops, status says why, the golden model is still right."""
+    monkeypatch.setenv("MODELCIRCUIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", shutil.which("false") or "/bin/false")
+    monkeypatch.setattr(native, "_state", {})
+    assert native.loops() is None
+    assert native.status().startswith("numpy steps only")
+    c = mc.compile(mc.load_onnx(Path(mc.__file__).parent / "data" / "digits_cnn.onnx"),
+                   precision="fixed<8,3>")
+    g = c.graph
+    x = np.random.default_rng(6).standard_normal((4, *host.input_shape(c))).astype(np.float32)
+    codes = host.encode(c, x)
+    p = golden_plan.Plan(g)
+    assert p.loops is None
+    assert np.array_equal(p.execute([codes], inputs_are_codes=True)[g.outputs[0]],
+                          reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]])
+
+
+@needs_cc
+def test_library_is_cached_per_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("MODELCIRCUIT_CACHE", str(tmp_path))
+    cc = unative.compiler("CC", "gcc", "cc")
+    src = "int mc_one(void) { return 1; }\n"
+    p1 = unative.shared_library(src, cc=cc, flags=native.FLAGS, kind="golden")
+    mtime = p1.stat().st_mtime_ns
+    assert unative.shared_library(src, cc=cc, flags=native.FLAGS, kind="golden") == p1
+    assert p1.stat().st_mtime_ns == mtime and p1.parent == tmp_path / "golden"
+    p2 = unative.shared_library(src + "\n", cc=cc, flags=native.FLAGS, kind="golden")
+    assert p2 != p1
