@@ -131,10 +131,46 @@ def test_requantize_equals_fx(loops, rounding):
         assert np.array_equal(got, fx.requantize(q, t.frac + s, t)), s
 
 
+def _odd_convs(tmp: Path) -> dict[str, Path]:
+    """Convolutions the C im2col must get right: a 2-D one with a rectangular kernel,
+    unequal strides and asymmetric padding on a 2-channel input, and a 1-D one with stride 2
+    and more padding at the start than the kernel's half."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(8)
+
+    def init(name, a):
+        return numpy_helper.from_array(np.asarray(a, dtype=np.float32), name)
+
+    out = {}
+    for name, xs, ws, kw in (
+            ("conv2d_odd", [2, 7, 9], (3, 2, 3, 2),
+             {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 0, 1]}),
+            ("conv1d_odd", [4, 11], (5, 4, 3), {"kernel_shape": [3], "strides": [2],
+                                                "pads": [2, 1]})):
+        nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **kw),
+                 helper.make_node("Relu", ["c"], ["y"])]
+        g = helper.make_graph(nodes, name,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *xs])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [init("w", rng.normal(0, 0.5, ws)),
+                               init("b", rng.normal(0, 0.1, ws[0]))])
+        p = tmp / f"{name}.onnx"
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(p))
+        out[name] = p
+    return out
+
+
 @needs_cc
 def test_models_with_and_without_the_loops(tmp_path, monkeypatch):
     """Whole models: the plan with the loops == the plan without them == the definition."""
-    for name, path in _models(tmp_path).items():
+    shared = Path(__file__).resolve().parents[3] / "shared" / "models"
+    models = {**_models(tmp_path), **_odd_convs(tmp_path)}
+    for name in ("conv1d_small_keras", "conv2d_small_keras"):
+        if (shared / f"{name}.onnx").exists():
+            models[name] = shared / f"{name}.onnx"
+    for name, path in models.items():
         for prec in ("fixed<16,6>", "fixed<8,3>", "fixed<10,4,RND>", "fixed<7,2,RND_CONV>"):
             c = mc.compile(mc.load_onnx(path), precision=prec)
             g = c.graph
@@ -158,27 +194,29 @@ def test_models_with_and_without_the_loops(tmp_path, monkeypatch):
 
 @needs_cc
 def test_the_loops_run(tmp_path, monkeypatch):
-    """The C loops are what runs (not a silent fallback): every loop is called on the
-    residual CNN and the digits CNN (epilogue, add, quantize; softmax on a model with one)."""
+    """The C loops are what runs (not a silent fallback): the epilogue, the sum, the
+    quantization and the Softmax loops are each called on the models of _models."""
     calls: dict[str, int] = {}
     lp = native.loops()
-    for meth in ("epilogue", "add", "quantize", "softmax"):
-        real = getattr(lp, meth)
 
-        def counted(*a, _real=real, _m=meth, **k):
-            ok = _real(*a, **k)
-            calls[_m] = calls.get(_m, 0) + int(ok)
-            return ok
+    def counting(table: str, f):
+        def call(*a):
+            calls[table] = calls.get(table, 0) + 1
+            return f(*a)
+        return call
 
-        monkeypatch.setattr(lp, meth, counted)
+    for table in ("epi", "quant", "smax", "adds"):
+        monkeypatch.setattr(lp, table, {k: counting(table, f)
+                                        for k, f in getattr(lp, table).items()})
+    softmax = False
     for path in _models(tmp_path).values():
         c = mc.compile(mc.load_onnx(path), precision="fixed<8,3>")
+        softmax |= any(n.op == "Softmax" for n in c.graph.nodes)
         golden_plan.Plan(c.graph).values(np.zeros((3, *host.input_shape(c)), np.float32), True)
-    assert calls.get("epilogue", 0) > 0 and calls.get("add", 0) > 0, calls
-    assert calls.get("quantize", 0) > 0, calls
-    if any(n.op == "Softmax" for p in _models(tmp_path).values()
-           for n in mc.compile(mc.load_onnx(p), precision="fixed<8,3>").graph.nodes):
-        assert calls.get("softmax", 0) > 0, calls
+    assert calls.get("epi", 0) > 0 and calls.get("adds", 0) > 0, calls
+    assert calls.get("quant", 0) > 0, calls
+    if softmax:
+        assert calls.get("smax", 0) > 0, calls
 
 
 def test_no_compiler_falls_back_to_numpy(tmp_path, monkeypatch):

@@ -39,7 +39,7 @@ from . import native
 from . import reference as ref
 from .ir import Graph, GraphError, Node
 from .ops import AvgPoolAttrs, ConvAttrs, MaxPoolAttrs, Op, ReshapeAttrs, SoftmaxAttrs
-from .threads import golden_threads
+from .threads import SINGLE_THREAD_MACS, golden_threads
 from .types import FixedType, NumType, Overflow, Rounding
 
 Array = np.ndarray
@@ -50,6 +50,7 @@ KEEP_BYTES = 64 << 20
 # batch sizes whose work arrays are kept per plan and thread (a data set run in chunks has
 # two: the chunk and the last, shorter one; a server's batch buckets a few)
 KEEP_BATCHES = 4
+_NONE = object()  # not decided yet
 # float64 holds every integer, and every multiple of 1/2, under this exactly
 _EXACT64 = 1 << 53
 
@@ -86,6 +87,10 @@ class _Work:
     def __init__(self) -> None:
         self.arrays: dict[Any, Array] = {}
         self.kept = 0  # bytes
+        # the kept arrays' addresses for the C loops, by id (an array stays in `arrays`, so
+        # alive and its id its own, until replaced; then its entry goes): a.ctypes.data
+        # costs ~1-2 us a call, a tenth of a small layer's step
+        self.ptrs: dict[int, int] = {}
 
     def get(self, key: Any, shape: tuple[int, ...], dtype: Any) -> Array:
         dtype = np.dtype(dtype)
@@ -96,8 +101,15 @@ class _Work:
         if self.kept + a.nbytes <= KEEP_BYTES:
             old = self.arrays.get(key)
             self.kept += a.nbytes - (0 if old is None else old.nbytes)
+            if old is not None:
+                self.ptrs.pop(id(old), None)
             self.arrays[key] = a
+            self.ptrs[id(a)] = a.ctypes.data
         return a
+
+    def ptr(self, a: Array) -> int:
+        p = self.ptrs.get(id(a))
+        return a.ctypes.data if p is None else p
 
 
 Step = Callable[[Graph, list[Array], _Work], Array]
@@ -110,6 +122,7 @@ class Plan:
         self._g = weakref.ref(g)  # the plan keeps no graph alive (_PLANS is keyed by id)
         # the C loops (graphs/native.py) where they could be built; else the numpy steps
         self.loops = native.loops()
+        self._quant_c: dict[tuple[int, np.dtype], tuple[Any, ...] | None] = {}
         # a ReLU whose input is an Add/Sub's output read by nothing else: where the Add runs
         # its fast step, that step's clamp does it (max(clamp(v, lo, hi), 0) =
         # clamp(v, max(lo, 0), hi) for hi >= 0) and the ReLU step passes its input on
@@ -187,7 +200,10 @@ class Plan:
         n_out = w.shape[1]
         rnd = {"floor": np.floor, "rint": np.rint}.get(lp.rounding)
         macs = lp.macs
-        epilogue = self._epilogue(lp)
+        epi = self.loops.epi.get(dt) if self.loops is not None else None
+        mode = {"floor": native.EPI_FLOOR, "rint": native.EPI_RINT}.get(lp.rounding,
+                                                                        native.EPI_NONE)
+        b_ptr = None if b is None else b.ctypes.data  # b is the plan's (lp keeps it alive)
 
         def step(g: Graph, ins: list[Array], work: _Work) -> Array:
             x = ins[0]
@@ -196,10 +212,12 @@ class Plan:
                 xc = work.get((i, "x"), x.shape, dt)
                 np.copyto(xc, x, casting="unsafe")  # exact: codes within the GEMM's bound
                 x = xc
-            y = work.get(i, (n, n_out), dt)
-            ref.blas_threads(n * macs)
+            y = work.get(i, (n, n_out), dt)  # C-contiguous, dt: what the loop takes
+            if n * macs >= SINGLE_THREAD_MACS:
+                ref.blas_threads(n * macs)
             np.matmul(x, w, out=y)
-            if epilogue is not None and epilogue(y):
+            if epi is not None:  # bias, rounding and clamp in one C loop
+                epi(work.ptr(y), b_ptr, n, n_out, mode, lo, hi)
                 return y
             if b is not None:
                 np.add(y, b, out=y)
@@ -249,9 +267,50 @@ class Plan:
                 _clip(o, lp.lo, lp.hi, out=o)
             return o
 
-        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+        def numpy_step(g: Graph, ins: list[Array], work: _Work) -> Array:
             out = work.get(i, (ins[0].shape[0],) + shape, lp.out_dtype)
             return ref.conv_rows(ins[0], a, out_sp, lp.dtype, cout, lp.out_dtype, rows, out)
+
+        shape_in = tuple(g.tensor(node.inputs[0]).shape)
+        if self.loops is None or a.group != 1 or len(a.kernel) > 2:
+            return numpy_step
+        # the window matrix by the C im2col (one call per chunk; numpy's copy of a strided
+        # window view iterates its innermost run, C values: one at a time for a 1-channel
+        # input), padding read as zeros (no padded copy), chunks as reference.conv_rows
+        im2col = self.loops.im2col
+        two = len(a.kernel) == 2
+        (H, W), (KH, KW), (SH, SW) = ((shape_in[0], shape_in[1]), a.kernel, a.strides) if two \
+            else ((1, shape_in[0]), (1, a.kernel[0]), (1, a.strides[0]))
+        PT, PL = (a.pads[0], a.pads[1]) if two else (0, a.pads[0])
+        C = shape_in[-1]
+        OH, OW = (out_sp[0], out_sp[1]) if two else (1, out_sp[0])
+        K = KH * KW * C
+        per_frame = OH * OW * K
+        frames, rows_per = ((max(1, ref.IM2COL_ELEMENTS // per_frame), OH)
+                            if per_frame <= ref.IM2COL_ELEMENTS else
+                            (1, max(1, ref.IM2COL_ELEMENTS // max(OW * K, 1))))
+        dt = lp.dtype
+
+        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+            x = ins[0]
+            f = im2col.get((x.dtype, dt))
+            if f is None or not x.flags.c_contiguous:
+                return numpy_step(g, ins, work)
+            n = x.shape[0]
+            out = work.get(i, (n,) + shape, lp.out_dtype)
+            nf0 = min(frames, n)
+            buf = work.get((i, "cols"), (nf0 * rows_per * OW, K), dt)
+            xp, bp, frame_bytes = work.ptr(x), work.ptr(buf), H * W * C * x.itemsize
+            for f0 in range(0, n, nf0):
+                nf = min(nf0, n - f0)
+                for o0 in range(0, OH, rows_per):
+                    nr = min(rows_per, OH - o0)
+                    m = nf * nr * OW
+                    f(xp + f0 * frame_bytes, bp, nf, H, W, C, OW, KH, KW, SH, SW, PT, PL,
+                      o0, o0 + nr)
+                    o = out[f0:f0 + nf].reshape(nf, OH * OW, cout)[:, o0 * OW:(o0 + nr) * OW]
+                    rows(buf[:m], o.reshape(m, cout))
+            return out
 
         return step
 
@@ -403,15 +462,20 @@ class Plan:
         req = {Rounding.TRN: native.R_TRN, Rounding.RND: native.R_RND,
                Rounding.RND_CONV: native.R_RND_CONV}[out.rounding]
         req_c = L is not None and out.overflow == Overflow.SAT and 0 < s_out < 63
+        smax = L.smax if L is not None else {}
+        exp_p, rec_p = exp_t.ctypes.data, rec_t.ctypes.data  # the closure keeps the tables
 
         def step(g: Graph, ins: list[Array], work: _Work) -> Array:
             x = ins[0]
-            if L is not None:
+            f = smax.get(x.dtype) if L is not None else None
+            if f is not None and x.flags.c_contiguous and x.shape[-1] > 0:
                 e = work.get((i, "e"), x.shape, np.int64)
-                if L.softmax(x, e, exp_t, e_args, rec_t, r_args):
-                    if req_c and L.requantize_sat(e, s_out, req, out.qmin, out.qmax):
-                        return e
-                    return fx.requantize(e, frac, out)
+                ep, n = work.ptr(e), x.shape[-1]
+                f(work.ptr(x), ep, x.size // n, n, exp_p, *e_args, rec_p, *r_args)
+                if req_c:
+                    L.req(ep, e.size, s_out, req, out.qmin, out.qmax)
+                    return e
+                return fx.requantize(e, frac, out)
             q = work.get((i, "q"), x.shape, np.int64)
             np.copyto(q, x, casting="unsafe")  # exact: the codes, however held
             np.subtract(q, q.max(axis=-1, keepdims=True), out=q)
@@ -484,9 +548,20 @@ class Plan:
         the floor, y - floor(y) and the clip are then exact in float32: no subnormal results,
         overflow only to inf, which saturates as in float64), else float64."""
         out = []
-        for name, x in zip(self.g.inputs, xs, strict=True):
-            t = _dtype(self.g, name)
+        for k, (name, x) in enumerate(zip(self.g.inputs, xs, strict=True)):
             x = np.asarray(x)
+            fast = self._quant_c.get((k, x.dtype), _NONE)
+            if fast is _NONE:
+                fast = self._quant_c[(k, x.dtype)] = self._quant_loop(name, x.dtype)
+            if fast is not None and x.flags.c_contiguous:  # the steps below in one C loop
+                f, dt, scale, mode, lo, hi = fast
+                work = self._work(x.shape[0])
+                r = work.get(("q", name, "r"), x.shape, dt)
+                if f(x.ctypes.data, work.ptr(r), x.size, scale, mode, lo, hi):
+                    raise ValueError("cannot quantize NaN or Inf")
+                out.append(r)
+                continue
+            t = _dtype(self.g, name)
             if (not isinstance(t, FixedType) or t.overflow != Overflow.SAT or t.width > 53
                     or abs(t.frac) > 900 or x.dtype not in (np.float32, np.float64)):
                 out.append(fx.quantize(x, t) if isinstance(t, FixedType)
@@ -498,18 +573,8 @@ class Plan:
                 if not np.isfinite(x.sum(dtype=np.float64)) and not np.isfinite(x).all():
                     raise ValueError("cannot quantize NaN or Inf")
             work = self._work(x.shape[0])
-            dt = np.float32 if (x.dtype == np.float32 and t.width <= 24 and 0 <= t.frac <= 100
-                                and "quantize32" not in FORCE) or (
-                "quantize32" in FORCE and x.dtype == np.float32) else np.float64
+            dt = self._quant_dtype(t, x.dtype)
             r = work.get(("q", name, "r"), x.shape, dt)
-            L = self.loops
-            if L is not None and L.quantize(
-                    x, r, dt(2.0 ** t.frac),
-                    native.Q_RINT if t.rounding == Rounding.RND_CONV else
-                    native.Q_HALF_UP if t.rounding == Rounding.RND else native.Q_FLOOR,
-                    dt(t.qmin), dt(t.qmax)):
-                out.append(r)  # the steps below in one C loop
-                continue
             y = work.get(("q", name), x.shape, dt)
             with np.errstate(over="ignore"):  # float32 beyond its range: inf, clipped to qmax
                 np.multiply(x, dt(2.0 ** t.frac), out=y)  # exact, as np.ldexp
@@ -522,6 +587,28 @@ class Plan:
                     np.add(r, np.greater_equal(y, 0.5), out=r)
             out.append(_clip(r, dt(t.qmin), dt(t.qmax), out=r))
         return out
+
+    @staticmethod
+    def _quant_dtype(t: FixedType, x_dtype: np.dtype) -> Any:
+        return np.float32 if (x_dtype == np.float32 and t.width <= 24 and 0 <= t.frac <= 100
+                              and "quantize32" not in FORCE) or (
+            "quantize32" in FORCE and x_dtype == np.float32) else np.float64
+
+    def _quant_loop(self, name: str, x_dtype: np.dtype) -> tuple[Any, ...] | None:
+        """The C quantization of input `name` from floats of x_dtype, where the numpy steps
+        of `quantize` would run: (function, dtype, scale, mode, lo, hi), decided once."""
+        t = _dtype(self.g, name)
+        if (self.loops is None or not isinstance(t, FixedType) or t.overflow != Overflow.SAT
+                or t.width > 53 or abs(t.frac) > 900
+                or x_dtype not in (np.float32, np.float64)):
+            return None
+        dt = self._quant_dtype(t, x_dtype)
+        f = self.loops.quant.get((np.dtype(x_dtype), np.dtype(dt)))
+        if f is None:
+            return None
+        mode = (native.Q_RINT if t.rounding == Rounding.RND_CONV else
+                native.Q_HALF_UP if t.rounding == Rounding.RND else native.Q_FLOOR)
+        return f, dt, dt(2.0 ** t.frac), mode, dt(t.qmin), dt(t.qmax)
 
     def values(self, x: Array, quantize: bool) -> Array:
         """The float values (float64) of the graph's (first) output for input x: floats to

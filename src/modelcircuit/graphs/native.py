@@ -61,7 +61,7 @@ class Loops:
             f = getattr(lib, f"mc_quantize_{_SFX[np.dtype(ti)]}_{_SFX[np.dtype(to)]}")
             ct = _FT[np.dtype(to)]
             f.argtypes = [_P, _P, _I64, ct, _INT, ct, ct]
-            f.restype = None
+            f.restype = _INT  # nonzero: a NaN or an infinity in x
             self.quant[(np.dtype(ti), np.dtype(to))] = f
         self.smax = {}
         for dt in (np.float64, np.float32, np.int64):
@@ -77,6 +77,13 @@ class Loops:
                               ctypes.c_double, ctypes.c_double]
                 f.restype = None
                 self.adds[(np.dtype(ta), np.dtype(tb))] = f
+        self.im2col = {}
+        for ti in (np.float32, np.float64, np.int64):
+            for to in (np.float32, np.float64):
+                f = getattr(lib, f"mc_im2col_{_SFX[np.dtype(ti)]}_{_SFX[np.dtype(to)]}")
+                f.argtypes = [_P, _P] + [_I64] * 13
+                f.restype = None
+                self.im2col[(np.dtype(ti), np.dtype(to))] = f
         self.req = lib.mc_requantize_sat_i64
         self.req.argtypes = [_P, _I64, _INT, _INT, _I64, _I64]
         self.req.restype = None
@@ -99,7 +106,8 @@ class Loops:
         if (f is None or x.shape != out.shape or not x.flags.c_contiguous
                 or not out.flags.c_contiguous):
             return False
-        f(x.ctypes.data, out.ctypes.data, x.size, scale, mode, lo, hi)
+        if f(x.ctypes.data, out.ctypes.data, x.size, scale, mode, lo, hi):
+            raise ValueError("cannot quantize NaN or Inf")
         return True
 
     def softmax(self, x: np.ndarray, out: np.ndarray, exp_t: np.ndarray, e: tuple[int, ...],
@@ -117,7 +125,7 @@ class Loops:
     def add(self, a: np.ndarray, b: np.ndarray, y: np.ndarray, ka: float, kb: float,
             mode: int, lo: float, hi: float) -> bool:
         """y = clamp(round(a * ka + b * kb), lo, hi) in float64 (see loops.c)."""
-        f = self.adds.get((a.dtype, b.dtype))
+        f = self.adds.get((a.dtype, b.dtype))  # looked up per call (tests count the calls)
         if (f is None or y.dtype != np.float64 or a.shape != y.shape or b.shape != y.shape
                 or not (a.flags.c_contiguous and b.flags.c_contiguous
                         and y.flags.c_contiguous)):

@@ -38,20 +38,32 @@ EPILOGUE(float, mc_epilogue_f32)
 
 /* Quantization of float inputs to codes held as floats (golden_plan.Plan.quantize):
  * y = x * scale (in the output's type), then mode 0: rint, 1: floor, 2: floor plus one
- * where y - floor(y) >= 1/2 (round half up); clamp to [lo, hi]. */
+ * where y - floor(y) >= 1/2 (round half up); clamp to [lo, hi]. Returns nonzero where an
+ * input is NaN or infinite (x - x is then NaN, never 0; the caller refuses the batch). */
 #define QUANTIZE(TI, TO, NAME)                                                         \
-    void NAME(const TI *x, TO *out, int64_t n, TO scale, int mode, TO lo, TO hi) {    \
-        for (int64_t i = 0; i < n; i++) {                                              \
-            TO y = (TO)x[i] * scale;                                                   \
-            TO r;                                                                      \
-            if (mode == 0) {                                                           \
-                r = rint(y);                                                      \
-            } else {                                                                   \
-                r = floor(y);                                                          \
-                if (mode == 2 && y - r >= (TO)0.5) r = r + (TO)1;                      \
+    int NAME(const TI *restrict x, TO *restrict out, int64_t n, TO scale, int mode,    \
+             TO lo, TO hi) {                                                           \
+        int bad = 0;                                                                   \
+        for (int64_t i = 0; i < n; i++) bad |= (x[i] - x[i]) != (TI)0;                 \
+        if (mode == 0) {                                                               \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                TO r = rint((TO)x[i] * scale);                                         \
+                out[i] = CLAMP(r, lo, hi);                                             \
             }                                                                          \
-            out[i] = CLAMP(r, lo, hi);                                                 \
+        } else if (mode == 1) {                                                        \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                TO r = floor((TO)x[i] * scale);                                        \
+                out[i] = CLAMP(r, lo, hi);                                             \
+            }                                                                          \
+        } else {                                                                       \
+            for (int64_t i = 0; i < n; i++) {                                          \
+                TO y = (TO)x[i] * scale;                                               \
+                TO r = floor(y);                                                       \
+                r = (y - r >= (TO)0.5) ? r + (TO)1 : r;                                \
+                out[i] = CLAMP(r, lo, hi);                                             \
+            }                                                                          \
         }                                                                              \
+        return bad;                                                                    \
     }
 QUANTIZE(float, float, mc_quantize_f32_f32)
 QUANTIZE(float, double, mc_quantize_f32_f64)
@@ -126,6 +138,46 @@ ADD(float, int64_t, mc_add_f32_i64)
 ADD(int64_t, double, mc_add_i64_f64)
 ADD(int64_t, float, mc_add_i64_f32)
 ADD(int64_t, int64_t, mc_add_i64_i64)
+
+/* im2col of a channels-last 2-D convolution (group 1), zero padding read as zeros: rows for
+ * output rows [oh0, oh1) of `frames` frames of x (H, W, C), each row the window in (kh, kw,
+ * c) order converted to the GEMM's type (exact: codes within its bound). */
+#define IM2COL(TI, TO, NAME)                                                           \
+    void NAME(const TI *restrict x, TO *restrict o, int64_t frames, int64_t H,         \
+              int64_t W, int64_t C, int64_t OW, int64_t KH, int64_t KW, int64_t SH,    \
+              int64_t SW, int64_t PT, int64_t PL, int64_t oh0, int64_t oh1) {          \
+        const int64_t run = KW * C; /* one kernel row of a window */                  \
+        for (int64_t f = 0; f < frames; f++) {                                         \
+            const TI *xf = x + f * H * W * C;                                          \
+            for (int64_t oh = oh0; oh < oh1; oh++) {                                   \
+                for (int64_t ow = 0; ow < OW; ow++) {                                  \
+                    const int64_t iw0 = ow * SW - PL;                                  \
+                    /* the kernel columns inside the frame: [k0, k1) */                \
+                    int64_t k0 = iw0 < 0 ? -iw0 : 0;                                   \
+                    int64_t k1 = W - iw0 < KW ? W - iw0 : KW;                          \
+                    if (k1 < k0) k1 = k0;                                              \
+                    for (int64_t kh = 0; kh < KH; kh++, o += run) {                    \
+                        const int64_t ih = oh * SH + kh - PT;                          \
+                        if (ih < 0 || ih >= H) {                                       \
+                            for (int64_t j = 0; j < run; j++) o[j] = (TO)0;            \
+                            continue;                                                  \
+                        }                                                              \
+                        const TI *xr = xf + ih * W * C; /* input row ih */             \
+                        for (int64_t j = 0; j < k0 * C; j++) o[j] = (TO)0;             \
+                        for (int64_t j = k0 * C; j < k1 * C; j++)                      \
+                            o[j] = (TO)xr[iw0 * C + j]; /* >= 0 from k0 on */           \
+                        for (int64_t j = k1 * C; j < run; j++) o[j] = (TO)0;           \
+                    }                                                                  \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+IM2COL(float, float, mc_im2col_f32_f32)
+IM2COL(float, double, mc_im2col_f32_f64)
+IM2COL(double, float, mc_im2col_f64_f32)
+IM2COL(double, double, mc_im2col_f64_f64)
+IM2COL(int64_t, float, mc_im2col_i64_f32)
+IM2COL(int64_t, double, mc_im2col_i64_f64)
 
 /* Requantization of int64 codes in place (fixed.requantize for a saturating type and
  * 0 < s < 63): drop s bits with mode 0: floor (TRN), 1: + the first dropped bit (RND),
