@@ -9,7 +9,11 @@ residual stacks, ~12.5 M multiply-adds). Each at fixed<16,6> (float64 GEMMs: 16-
 products summed over the fan-in pass 2**24) and fixed<8,3> (float32 GEMMs).
 
 golden = modelcircuit.run(compiled, x) (float in, float out: quantize, layers, decode), one call
-per batch (the prepared plan, graphs/golden_plan.py); interpreter = the same through
+per batch (the prepared plan, graphs/golden_plan.py, with its C loops, graphs/native.py);
+GEMM bound = ort's time over the time of the model's GEMMs alone in the golden's arithmetic
+(the best ratio an exact golden model could reach there: a float64 GEMM is ~2.4x slower than
+onnxruntime's float32 one on this machine, so 16-bit models that are mostly GEMM stay below
+0.5x); interpreter = the same through
 reference.execute, node by node (what mc.run did before the plan; idle only); onnxruntime = the float32 model, one intra-op thread, the same batch in one call.
 Each is timed as the median of repeated calls (a shared machine: the median, not the best,
 says what a user sees), idle and beside a competing process started by this script (a second
@@ -180,7 +184,8 @@ def measure(cases, seconds: float, competitor: subprocess.Popen | None
         name = sess.get_inputs()[0].name
         fns = {"golden_s": lambda c=c, x=x: mc.run(c, x),
                "ort_s": lambda s=sess, n=name, x=x: s.run(None, {n: x}),
-               "interp_s": lambda c=c, x=x: interpreter(c, x)}
+               "interp_s": lambda c=c, x=x: interpreter(c, x),
+               "gemm_s": gemm_only(c, x.shape[0])}
         times: dict = {ph: {k: [] for k in fns} for ph in ("idle", "busy")}
         for _ in range(rounds):
             for ph in ("idle", "busy") if competitor else ("idle",):
@@ -188,7 +193,7 @@ def measure(cases, seconds: float, competitor: subprocess.Popen | None
                     competitor.send_signal(signal.SIGCONT if ph == "busy" else signal.SIGSTOP)
                     time.sleep(0.05)
                 for k, fn in fns.items():
-                    if k == "interp_s" and ph == "busy":
+                    if k in ("interp_s", "gemm_s") and ph == "busy":
                         continue
                     times[ph][k].extend(call_times(fn, seconds / rounds))
         idle[key] = {k: statistics.median(w for w, _ in v) for k, v in times["idle"].items()}
@@ -200,6 +205,51 @@ def measure(cases, seconds: float, competitor: subprocess.Popen | None
     if competitor:
         competitor.send_signal(signal.SIGCONT)
     return idle, busy
+
+
+def gemm_only(c, batch: int):
+    """A call doing only the model's Dense/Conv GEMMs (the golden's arithmetic, shapes, chunks
+    of at most reference.IM2COL_ELEMENTS window elements and BLAS thread policy) on arrays
+    made once: ort's time over this one is the ratio an exact golden model in that
+    arithmetic could reach if everything else were free (float64 GEMMs of 16-bit models
+    bound it)."""
+    from modelcircuit.graphs.threads import golden_threads
+
+    g = c.graph
+    mats = []
+    for node in g.nodes:
+        if node.op == "Dense":
+            lp, m = reference.dense_linear(g, node), batch
+        elif node.op == "Conv":
+            lp = reference.conv_linear(g, node)
+            m = batch * int(np.prod(g.tensor(node.outputs[0]).shape[:-1]))
+        else:
+            continue
+        if lp.w.ndim != 2:  # grouped: (groups, K, N/groups), one product per group
+            w = np.ones((lp.w.shape[1], lp.w.shape[2]), lp.dtype)
+            m *= lp.w.shape[0]
+        else:
+            w = lp.w
+        rows = max(1, min(m, reference.IM2COL_ELEMENTS // max(w.shape[0], 1)))
+        a = np.ones((rows, w.shape[0]), lp.dtype)
+        o = np.empty((rows, w.shape[1]), lp.dtype)
+        full, last = divmod(m, rows)
+        mats.append((a, w, o, full, last))
+
+    def fn() -> None:
+        with golden_threads() as t:
+            reference.set_threads(t)
+            try:
+                for a, w, o, full, last in mats:
+                    for _ in range(full):
+                        reference.blas_threads(a.shape[0] * w.size)
+                        np.matmul(a, w, out=o)
+                    if last:
+                        np.matmul(a[:last], w, out=o[:last])
+            finally:
+                reference.set_threads(None)
+
+    return fn
 
 
 def interpreter(c, x: np.ndarray) -> np.ndarray:
@@ -302,7 +352,9 @@ def main() -> int:
              "cpu_ratio_golden_over_ort": idle[key]["ort_cpu_s"] / idle[key]["golden_cpu_s"],
              "cpu_ratio_interpreter_over_ort": idle[key]["ort_cpu_s"] / idle[key]["interp_cpu_s"],
              "interpreter_rows_per_s": b / idle[key]["interp_s"],
-             "ratio_interpreter_over_ort": idle[key]["ort_s"] / idle[key]["interp_s"]}
+             "ratio_interpreter_over_ort": idle[key]["ort_s"] / idle[key]["interp_s"],
+             "gemm_only_s": idle[key]["gemm_s"],
+             "ratio_gemm_bound": idle[key]["ort_s"] / idle[key]["gemm_s"]}
         if busy:
             r["golden_busy_rows_per_s"] = b / busy[key]["golden_s"]
             r["golden_slowdown"] = busy[key]["golden_s"] / idle[key]["golden_s"]
@@ -310,16 +362,22 @@ def main() -> int:
         rows.append(r)
     hdr = (f"{'model':12s} {'precision':12s} {'batch':>5s} {'golden rows/s':>14s} "
            f"{'ort rows/s':>12s} {'ratio':>6s} {'interp ratio':>12s} {'cpu ratio':>9s} "
-           f"{'interp cpu':>10s} {'busy slowdown':>13s} {'ort slowdown':>12s}  GEMM arithmetic")
+           f"{'interp cpu':>10s} {'GEMM bound':>10s} {'busy slowdown':>13s} {'ort slowdown':>12s}  "
+           "GEMM arithmetic")
     print(hdr)
     for r in rows:
         print(f"{r['model']:12s} {r['precision']:12s} {r['batch']:5d} "
               f"{r['golden_rows_per_s']:14,.0f} {r['ort_rows_per_s']:12,.0f} "
               f"{r['ratio_golden_over_ort']:5.2f}x {r['ratio_interpreter_over_ort']:11.2f}x "
               f"{r['cpu_ratio_golden_over_ort']:8.2f}x {r['cpu_ratio_interpreter_over_ort']:9.2f}x "
+              f"{r['ratio_gemm_bound']:9.2f}x "
               f"{r.get('golden_slowdown', float('nan')):12.2f}x "
               f"{r.get('ort_slowdown', float('nan')):11.2f}x  {r['arithmetic']}")
-    payload = {"rows": rows, "seconds_per_case": a.seconds,
+    from modelcircuit.graphs import native
+
+    print(f"golden loops: {native.status()}; GEMM bound = ort time / the time of the "
+          "model's GEMMs alone (what an exact golden model in that arithmetic could reach)")
+    payload = {"rows": rows, "seconds_per_case": a.seconds, "golden_loops": native.status(),
                "blas_env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS",
                                                            "OMP_NUM_THREADS")}}
     if "jet_tagger" in paths:

@@ -123,6 +123,7 @@ class Plan:
         # the C loops (graphs/native.py) where they could be built; else the numpy steps
         self.loops = native.loops()
         self._quant_c: dict[tuple[int, np.dtype], tuple[Any, ...] | None] = {}
+        self.inputs_read_in_f64 = {name for name in g.inputs if self._read_in_f64(g, name)}
         # a ReLU whose input is an Add/Sub's output read by nothing else: where the Add runs
         # its fast step, that step's clamp does it (max(clamp(v, lo, hi), 0) =
         # clamp(v, max(lo, 0), hi) for hi >= 0) and the ReLU step passes its input on
@@ -145,6 +146,20 @@ class Plan:
         self.out_slots = [slot[n] for n in g.outputs]
         self.in_shapes = [tuple(g.tensor(n).shape) for n in g.inputs]
         self._local = threading.local()
+
+    @staticmethod
+    def _read_in_f64(g: Graph, name: str) -> bool:
+        """Every reader of tensor `name` is a Dense/Conv whose GEMM is float64."""
+        readers = [n for n in g.nodes if name in n.inputs]
+        if not readers:
+            return False
+        for n in readers:
+            if n.op not in (Op.DENSE, Op.CONV) or n.inputs[0] != name:
+                return False
+            lp = ref.dense_linear(g, n) if n.op == Op.DENSE else ref.conv_linear(g, n)
+            if lp.arith is None or lp.dtype != np.float64:
+                return False
+        return True
 
     @staticmethod
     def _fusable_relus(g: Graph) -> dict[str, str]:
@@ -573,7 +588,7 @@ class Plan:
                 if not np.isfinite(x.sum(dtype=np.float64)) and not np.isfinite(x).all():
                     raise ValueError("cannot quantize NaN or Inf")
             work = self._work(x.shape[0])
-            dt = self._quant_dtype(t, x.dtype)
+            dt = self._quant_dtype(t, x.dtype, name)
             r = work.get(("q", name, "r"), x.shape, dt)
             y = work.get(("q", name), x.shape, dt)
             with np.errstate(over="ignore"):  # float32 beyond its range: inf, clipped to qmax
@@ -588,10 +603,12 @@ class Plan:
             out.append(_clip(r, dt(t.qmin), dt(t.qmax), out=r))
         return out
 
-    @staticmethod
-    def _quant_dtype(t: FixedType, x_dtype: np.dtype) -> Any:
+    def _quant_dtype(self, t: FixedType, x_dtype: np.dtype, name: str = "") -> Any:
+        """float32 where exact (see quantize) unless every reader of the input multiplies in
+        float64 (it would convert the codes first: a copy per call)."""
         return np.float32 if (x_dtype == np.float32 and t.width <= 24 and 0 <= t.frac <= 100
-                              and "quantize32" not in FORCE) or (
+                              and "quantize32" not in FORCE
+                              and name not in self.inputs_read_in_f64) or (
             "quantize32" in FORCE and x_dtype == np.float32) else np.float64
 
     def _quant_loop(self, name: str, x_dtype: np.dtype) -> tuple[Any, ...] | None:
@@ -602,7 +619,7 @@ class Plan:
                 or t.width > 53 or abs(t.frac) > 900
                 or x_dtype not in (np.float32, np.float64)):
             return None
-        dt = self._quant_dtype(t, x_dtype)
+        dt = self._quant_dtype(t, x_dtype, name)
         f = self.loops.quant.get((np.dtype(x_dtype), np.dtype(dt)))
         if f is None:
             return None
