@@ -9,7 +9,8 @@ unless --estimate-only, `build` out of context: LUT/FF/DSP/BRAM and Fmax from ne
 a table and writes JSON (bench/results/attention_fpga.json by default).
 
 Run: .venv/bin/python bench/attention_fpga.py [--device ecp5-85k] [--tokens 8 --d 16
-     --heads 2 --ffn 32] [--estimate-only] [--keep DIR] [--json FILE]
+     --heads 2 --ffn 32] [--estimate-only] [--reuse auto|'{"layer": R, ...}'] [--keep DIR]
+     [--json FILE]
 """
 
 from __future__ import annotations
@@ -41,16 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ffn", type=int, default=32)
     ap.add_argument("--precision", default="fixed<16,6>")
     ap.add_argument("--estimate-only", action="store_true")
+    ap.add_argument("--reuse", default="auto",
+                    help="auto, or a JSON object {layer: R} given to the flow as is (checked "
+                         "against the whole device, not the fit's routing margin)")
     ap.add_argument("--keep", help="keep the build directory here")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "attention_fpga.json"))
     a = ap.parse_args(argv)
     g = encoder(tokens=a.tokens, d=a.d, heads=a.heads, ffn=a.ffn, classes=5)
     t0 = time.perf_counter()
-    c = compile(g, precision=a.precision, profile=a.device, reuse="auto")
-    plan = plan_circuit(c, "auto")
+    reuse = a.reuse if a.reuse == "auto" else json.loads(a.reuse)
+    c = compile(g, precision=a.precision, profile=a.device, reuse=reuse)
+    plan = plan_circuit(c, reuse)
     info = plan_top(c, plan)
     row: dict = {"model": g.name, "device": a.device, "precision": a.precision,
-                 "reuse": dict(plan.reuse), "ii_per_token": info["ii"],
+                 "reuse_option": a.reuse, "reuse": dict(plan.reuse), "ii_per_token": info["ii"],
                  "sequence_cycles": info["frame_cycles"], "latency_cycles": info["latency"],
                  "estimate": (plan.fit or {}).get("estimate"),
                  "plan_s": round(time.perf_counter() - t0, 2)}
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{g.name}-{a.device}"
         t1 = time.perf_counter()
         try:
-            rep = build(c, a.device, out, reuse="auto",
+            rep = build(c, a.device, out, reuse=reuse,
                         progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
             m = rep["model"]
             row.update({"fmax_mhz": rep["fmax_mhz"], "latency_ns": m["latency_ns"],
