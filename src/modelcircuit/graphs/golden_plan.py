@@ -273,13 +273,7 @@ class Plan:
             if y is not o:
                 o[...] = y
             if not epilogue(o):
-                if lp.b is not None:
-                    o += lp.b
-                if lp.rounding == "floor":
-                    np.floor(o, out=o)
-                elif lp.rounding == "rint":
-                    np.rint(o, out=o)
-                _clip(o, lp.lo, lp.hi, out=o)
+                lp.finish(o)
             return o
 
         def numpy_step(g: Graph, ins: list[Array], work: _Work) -> Array:

@@ -165,6 +165,17 @@ class Linear:
         """Fused and float32 models keep the GEMM's float type; the others give int64."""
         return self.dtype if self.arith is None or self.arith.fused else np.dtype(np.int64)
 
+    def finish(self, y: Array) -> Array:
+        """A fused GEMM result's bias, rounding and clamp, in place (the definition of what
+        golden_plan's C epilogue does in one pass)."""
+        if self.b is not None:
+            y += self.b
+        if self.rounding == "floor":
+            np.floor(y, out=y)
+        elif self.rounding == "rint":
+            np.rint(y, out=y)
+        return np.clip(y, self.lo, self.hi, out=y)
+
     def gemm(self, x: Array, out: Array | None = None) -> Array:
         """x (P, K), or (P, groups, K) for a grouped conv, times w: (P, N) (into `out`)."""
         _blas_threads(x.shape[0] * self.macs)
@@ -229,13 +240,7 @@ def _linear_out(g: Graph, node: Node, lp: Linear, x: Array, out: Array | None = 
     xd = x if x.dtype == lp.dtype else x.astype(lp.dtype)
     y = lp.gemm(xd, out)
     if lp.arith.fused:
-        if lp.b is not None:
-            y += lp.b
-        if lp.rounding == "floor":
-            np.floor(y, out=y)
-        elif lp.rounding == "rint":
-            np.rint(y, out=y)
-        return _into(np.clip(y, lp.lo, lp.hi, out=y), out)
+        return _into(lp.finish(y), out)
     tx, tw = _t(g, node.inputs[0]), _t(g, node.inputs[1])
     bn = node.inputs[2] if len(node.inputs) > 2 else None
     acc, frac = _add_bias(g, y.astype(np.int64), tx.frac + tw.frac, bn)
