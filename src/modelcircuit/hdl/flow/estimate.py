@@ -459,6 +459,13 @@ def valid_chain_ff(costs: list[LayerCost]) -> int:
     return sum(max(0, int(c.latency_extra)) for c in costs)
 
 
+def lut_scale(cal: dict[str, Any], lean: bool) -> float:
+    """The family's `lut_scale` (fpga.json "fit"): one number, or one per schedule ("fmax",
+    "area": Gowin) like `ff_scale`, picked by `lean`."""
+    s = cal.get("lut_scale", cal.get("cell_scale", 1.0))
+    return float(s["area" if lean else "fmax"] if isinstance(s, dict) else s)
+
+
 def estimate(costs: list[LayerCost], dsp_budget: int, family_name: str = "ecp5",
              io_bits: tuple[int, int] = (0, 0), least: bool = False,
              lean: bool = False) -> dict[str, int]:
@@ -479,7 +486,7 @@ def estimate(costs: list[LayerCost], dsp_budget: int, family_name: str = "ecp5",
         lut = cal["cell_scale"] * (sum(c.lut for c in costs) + soft * per + wrapper)
         route = lut  # calibrated on placed designs as it is
     else:
-        scale, r1_scale = cal["lut_scale"], cal["r1_lut_scale"]
+        scale, r1_scale = lut_scale(cal, lean), cal["r1_lut_scale"]
         lut = (sum((scale if c.reuse > 1 else r1_scale) * c.lut for c in costs)
                + scale * soft * per)
         # what the margin is checked against: fully parallel layers count extra for routing

@@ -180,9 +180,16 @@ def _context(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float | 
           layers[-1]["wo"] * layers[-1]["w"].shape[1]) if layers else (0, 0)
     geom = tuple(fam["bram_rom"])
     narrow = soft_max_width(fam_name)
+    amin, bmin, ymin = fam.get("dsp_min_widths", (0, 0, 0))
     for lay in layers:
         lay["bram_geom"] = geom
-        lay["soft"] = max(lay["wx"], lay["ww"] + 1) <= narrow
+        # products in logic as the circuit plan decides it (plan/circuit.dsp_lanes): the
+        # input width and the widest coefficient the weights need, not the weight type's
+        # (issue 27: fixed<8,3> weights of 8 bits fit the soft width 8 of Gowin and ECP5,
+        # and the circuit built every product of the jet tagger in logic while the
+        # estimate had given 14 of them a DSP)
+        a, b = lay["wx"], coef_width(lay["w"])
+        lay["soft"] = a < amin or b < bmin or a + b < ymin or max(a, b) <= narrow
     name = prof.get("name", prof.get("title", "?"))
     budget = {"lut": int(prof["lut"]), "ff": int(prof["ff"]), "dsp": int(prof["dsp"]),
               "bram": int(prof.get("bram") or 0)}
