@@ -45,14 +45,27 @@ of width W ~W LUT4 (carry chain).
   (GW1NR-9: 6480 FF for 8640 LUT4), so its fit keeps them to `ff_margin` (0.8) of the
   device (issue 27: a digits plan at 87 % of them did not place). ECP5 and iCE40 have no
   `ff_scale`: their flip-flop estimate is the layers' sum, as before.
-- `lut_scale` on Gowin (1.65, not ECP5's 1.75; issue 27): nextpnr-himbaechel's LUT4 count
-  (an ALU takes a LUT4's place; the model inside the UART wrapper) against the estimate with
-  the family's 400 LUT overhead, GW1NR-9: digits fixed<6,3> "fmax" R 192/160/64 4562
-  against 4883 (at 1.75), R 192/128/64 4643 against 5009, the jet tagger fixed<8,3> "area"
-  R 352/384/352/160 5895 against 6192: 0.93-0.95 of it, i.e. a scale of 1.61-1.66 on the
-  layers; 1.65 puts the three within -5 %..+3 % (the jet tagger: 5861 estimated). The tiny
-  MLP of the tests at R 2 (73 multipliers in logic) measured 5575 against 8920 (1.65: 8480):
-  products in logic stay overcounted, on the safe side.
+- Products in logic (issue 27): a layer's products count as soft multipliers where the
+  circuit plan builds them in logic (plan/circuit.dsp_lanes: the input and the widest
+  coefficient the weights need within the family's soft width; fit._context), not by the
+  weight type's width + 1: the jet tagger at fixed<8,3> (8-bit coefficients) was estimated
+  with 14 DSPs on a GW1NR-9 while the circuit had none (its products are registered
+  coefficient slices). At fixed<8,3> ECP5 plans change with it (more LUTs estimated;
+  ECP5's lut_scale was calibrated at fixed<6,3> and fixed<16,6>, which this leaves alone).
+- `lut_scale` on Gowin per schedule ("fmax" 1.65, "area" 1.0; `lut_scale(cal, lean)`) and
+  Nexus (1.45), issue 27, against yosys 0.70 LUT1-4 + ALU after synth_gowin (nextpnr places
+  a few more ALUs: 5133 LUT4 against 5002 for the jet tagger) or nextpnr's OXIDE_COMB, the
+  model in the UART wrapper, the estimate with the family's 400 LUT overhead, 2026-12-06:
+  GW1NR-9 "fmax" digits fixed<6,3> R 128/128/128 4638 against 4683, 192/128/64 4321
+  against 4746, 192/160/64 4255 against 4627; "area" digits R 320/352/320 3094 against
+  3074, digits fixed<8,3> R 192/128/64 6106 against 6538, the jet tagger fixed<8,3> R
+  352/384/352/160 5002 against 5567, 256/320/256/160 5547 against 6108, 512/512/512/96
+  4361 against 5025 (-1 %..+15 %; one scale for both schedules with the old rule for
+  products in logic was -5 %..+56 % on "area"; the jet tagger's "fmax" plans, whose
+  flip-flops decide them, stay 25-43 % over). LIFCL-40: digits
+  fixed<6,3> R 32 16319 against 16051, the jet tagger fixed<8,3> R 64/64/64/11 20340
+  against 21931. The same syntheses set Gowin's "area" ff_scale to 1.3 (1.18-1.31 measured:
+  the "area" fold's block-RAM read registers, Schedule.bram_reg, came after the 1.1).
 """
 
 from __future__ import annotations
