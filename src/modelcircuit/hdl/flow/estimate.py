@@ -63,8 +63,10 @@ of width W ~W LUT4 (carry chain).
   4361 against 5025 (-1 %..+15 %; one scale for both schedules with the old rule for
   products in logic was -5 %..+56 % on "area"; the jet tagger's "fmax" plans, whose
   flip-flops decide them, stay 25-43 % over). LIFCL-40: digits
-  fixed<6,3> R 32 16319 against 16051, the jet tagger fixed<8,3> R 64/64/64/11 20340
-  against 21931. The same syntheses set Gowin's "area" ff_scale to 1.3 (1.18-1.31 measured:
+  fixed<6,3> R 32 16319 against 16051, R 32/32/8 19254 against 18513, the jet tagger
+  fixed<8,3> R 64/64/64/11 20340 against 21931, 96/64/96/32 16677 against 19126. Nexus
+  flip-flops (OXIDE_FF) against the estimate at ff_scale 1.1: 9398/9581, 10828/11957,
+  10849/10525, 9132/8660: ff_scale 1.15 (both schedules; "area" not measured). The same syntheses set Gowin's "area" ff_scale to 1.3 (1.18-1.31 measured:
   the "area" fold's block-RAM read registers, Schedule.bram_reg, came after the 1.1).
 """
 
