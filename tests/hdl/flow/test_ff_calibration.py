@@ -125,18 +125,18 @@ def test_estimate_builds_products_where_the_circuit_does() -> None:
 
 def test_jet_tagger_plans_on_gw1nr9_with_the_area_schedule() -> None:
     """The jet tagger at fixed<8,3> on a GW1NR-9: no "fmax" plan keeps to its flip-flops,
-    and with "area" its LUTs decide: at Gowin's lut_margin (0.68, the 68 % at which this
-    model placed and routed) --reuse auto finds a plan, whose estimate keeps to it; at ECP5's
-    0.6 none fitted (the refusal before this calibration)."""
+    and with "area" its LUTs decide: --reuse auto finds a plan within Gowin's lut_margin
+    (0.6) and ff_margin (0.8), where it refused before the products in logic and the "area"
+    lut_scale were measured (its products had been estimated as DSPs, at ECP5's 1.75)."""
     prof = fpga_profile("gw1nr-9")
     jet = _jet("gw1nr-9")
     plan, fp = plan_build(jet, prof, "auto")
     assert plan.schedule_name == "area"
-    assert fp.estimate["lut"] <= 0.68 * prof["lut"]
+    assert fp.estimate["lut"] <= 0.6 * prof["lut"]
     assert fp.estimate["ff"] + 400 <= 0.8 * prof["ff"]
-    assert fp.ii >= 320 and fp.reuse[JET_LAYERS[-1]] <= 160
+    assert fp.ii >= 352 and fp.reuse[JET_LAYERS[-1]] <= 160
     with pytest.raises(FitError, match="does not fit gw1nr-9"):
-        fit_reuse(jet, prof, lut_margin=0.6, pipeline="area")
+        fit_reuse(jet, prof, pipeline="fmax")
 
 
 def test_wrapper_ff_counts_whole_bytes() -> None:
