@@ -62,8 +62,12 @@ of width W ~W LUT4 (carry chain).
   352/384/352/160 5002 against 5567, 256/320/256/160 5547 against 6108, 512/512/512/96
   4361 against 5025 (-1 %..+15 %; one scale for both schedules with the old rule for
   products in logic was -5 %..+56 % on "area"; the jet tagger's "fmax" plans, whose
-  flip-flops decide them, stay 25-43 % over). LIFCL-40: digits
-  fixed<6,3> R 32 16319 against 16051, R 32/32/8 19254 against 18513, the jet tagger
+  flip-flops decide them, stay 25-43 % over). Not covered: the digits MLP at fixed<8,3>
+  calibrated on its test split ("area" R 192/192/160: 6785 against 5698, 16 % under, and
+  1337 MUX2_LUT5-8 beside; its first layer alone 3461 against 2874): its 8-bit
+  coefficients take 4-bit slices (dense_fold.FoldStages._plan_slices; 3-bit at the
+  uncalibrated model's 6), about twice the LUTs per lane, while a soft product's cost here
+  follows the weight type, not the slice. LIFCL-40: digits fixed<6,3> R 32 16319 against 16051, R 32/32/8 19254 against 18513, the jet tagger
   fixed<8,3> R 64/64/64/11 20340 against 21931, 96/64/96/32 16677 against 19126. Nexus
   flip-flops (OXIDE_FF) against the estimate at ff_scale 1.1: 9398/9581, 10828/11957,
   10849/10525, 9132/8660: ff_scale 1.15 (both schedules; "area" not measured). The same syntheses set Gowin's "area" ff_scale to 1.3 (1.18-1.31 measured:
