@@ -67,11 +67,13 @@ of width W ~W LUT4 (carry chain).
   1337 MUX2_LUT5-8 beside; its first layer alone 3461 against 2874): its 8-bit
   coefficients take 4-bit slices (dense_fold.FoldStages._plan_slices; 3-bit at the
   uncalibrated model's 6), about twice the LUTs per lane, while a soft product's cost here
-  follows the weight type, not the slice. LIFCL-40: digits fixed<6,3> R 32 16319 against 16051, R 32/32/8 19254 against 18513, the jet tagger
-  fixed<8,3> R 64/64/64/11 20340 against 21931, 96/64/96/32 16677 against 19126. Nexus
-  flip-flops (OXIDE_FF) against the estimate at ff_scale 1.1: 9398/9581, 10828/11957,
-  10849/10525, 9132/8660: ff_scale 1.15 (both schedules; "area" not measured). The same syntheses set Gowin's "area" ff_scale to 1.3 (1.18-1.31 measured:
-  the "area" fold's block-RAM read registers, Schedule.bram_reg, came after the 1.1).
+  follows the weight type, not the slice. LIFCL-40: digits fixed<6,3> R 32 16319 against
+  16051, R 32/32/8 19254 against 18513, the jet tagger fixed<8,3> R 64/64/64/11 20340
+  against 21931, 96/64/96/32 16677 against 19126. Nexus flip-flops (OXIDE_FF) against the
+  estimate at ff_scale 1.1: 9398/9581, 10828/11957, 10849/10525, 9132/8660: ff_scale 1.15
+  (both schedules; "area" not measured). The same syntheses set Gowin's "area" ff_scale to
+  1.3 (1.18-1.31 measured: the "area" fold's block-RAM read registers, Schedule.bram_reg,
+  came after the 1.1).
 """
 
 from __future__ import annotations
