@@ -45,6 +45,35 @@ of width W ~W LUT4 (carry chain).
   (GW1NR-9: 6480 FF for 8640 LUT4), so its fit keeps them to `ff_margin` (0.8) of the
   device (issue 27: a digits plan at 87 % of them did not place). ECP5 and iCE40 have no
   `ff_scale`: their flip-flop estimate is the layers' sum, as before.
+- Products in logic (issue 27): a layer's products count as soft multipliers where the
+  circuit plan builds them in logic (plan/circuit.dsp_lanes: the input and the widest
+  coefficient the weights need within the family's soft width; fit._context), not by the
+  weight type's width + 1: the jet tagger at fixed<8,3> (8-bit coefficients) was estimated
+  with 14 DSPs on a GW1NR-9 while the circuit had none (its products are registered
+  coefficient slices). At fixed<8,3> ECP5 plans change with it (more LUTs estimated;
+  ECP5's lut_scale was calibrated at fixed<6,3> and fixed<16,6>, which this leaves alone).
+- `lut_scale` on Gowin per schedule ("fmax" 1.65, "area" 1.0; `lut_scale(cal, lean)`) and
+  Nexus (1.45), issue 27, against yosys 0.70 LUT1-4 + ALU after synth_gowin (nextpnr places
+  a few more ALUs: 5133 LUT4 against 5002 for the jet tagger) or nextpnr's OXIDE_COMB, the
+  model in the UART wrapper, the estimate with the family's 400 LUT overhead, 2026-12-06:
+  GW1NR-9 "fmax" digits fixed<6,3> R 128/128/128 4638 against 4683, 192/128/64 4321
+  against 4746, 192/160/64 4255 against 4627; "area" digits R 320/352/320 3094 against
+  3074, digits fixed<8,3> R 192/128/64 6106 against 6538, the jet tagger fixed<8,3> R
+  352/384/352/160 5002 against 5567, 256/320/256/160 5547 against 6108, 512/512/512/96
+  4361 against 5025 (-1 %..+15 %; one scale for both schedules with the old rule for
+  products in logic was -5 %..+56 % on "area"; the jet tagger's "fmax" plans, whose
+  flip-flops decide them, stay 25-43 % over). Not covered: the digits MLP at fixed<8,3>
+  calibrated on its test split ("area" R 192/192/160: 6785 against 5698, 16 % under, and
+  1337 MUX2_LUT5-8 beside; its first layer alone 3461 against 2874): its 8-bit
+  coefficients take 4-bit slices (dense_fold.FoldStages._plan_slices; 3-bit at the
+  uncalibrated model's 6), about twice the LUTs per lane, while a soft product's cost here
+  follows the weight type, not the slice. LIFCL-40: digits fixed<6,3> R 32 16319 against
+  16051, R 32/32/8 19254 against 18513, the jet tagger fixed<8,3> R 64/64/64/11 20340
+  against 21931, 96/64/96/32 16677 against 19126. Nexus flip-flops (OXIDE_FF) against the
+  estimate at ff_scale 1.1: 9398/9581, 10828/11957, 10849/10525, 9132/8660: ff_scale 1.15
+  (both schedules; "area" not measured). The same syntheses set Gowin's "area" ff_scale to
+  1.3 (1.18-1.31 measured: the "area" fold's block-RAM read registers, Schedule.bram_reg,
+  came after the 1.1).
 """
 
 from __future__ import annotations
@@ -451,6 +480,13 @@ def valid_chain_ff(costs: list[LayerCost]) -> int:
     return sum(max(0, int(c.latency_extra)) for c in costs)
 
 
+def lut_scale(cal: dict[str, Any], lean: bool) -> float:
+    """The family's `lut_scale` (fpga.json "fit"): one number, or one per schedule ("fmax",
+    "area": Gowin) like `ff_scale`, picked by `lean`."""
+    s = cal.get("lut_scale", cal.get("cell_scale", 1.0))
+    return float(s["area" if lean else "fmax"] if isinstance(s, dict) else s)
+
+
 def estimate(costs: list[LayerCost], dsp_budget: int, family_name: str = "ecp5",
              io_bits: tuple[int, int] = (0, 0), least: bool = False,
              lean: bool = False) -> dict[str, int]:
@@ -471,7 +507,7 @@ def estimate(costs: list[LayerCost], dsp_budget: int, family_name: str = "ecp5",
         lut = cal["cell_scale"] * (sum(c.lut for c in costs) + soft * per + wrapper)
         route = lut  # calibrated on placed designs as it is
     else:
-        scale, r1_scale = cal["lut_scale"], cal["r1_lut_scale"]
+        scale, r1_scale = lut_scale(cal, lean), cal["r1_lut_scale"]
         lut = (sum((scale if c.reuse > 1 else r1_scale) * c.lut for c in costs)
                + scale * soft * per)
         # what the margin is checked against: fully parallel layers count extra for routing

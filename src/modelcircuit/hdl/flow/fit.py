@@ -19,7 +19,14 @@ Margins (fpga.json "families" -> "fit" -> "lut_margin"; measured on 2 cores, nex
 iCE40 at 0.85 of its cells (digits at 81 % placed and routed in 27 s, 37 MHz). ECP5 at 0.6
 of its LUTs: the jet tagger at 79 % (66.6k COMB) placed in 18 min and had not routed after
 20 more. Gowin keeps its flip-flops to "ff_margin" (0.8) of the device, not lut_margin:
-they are its scarcer resource (estimate.py has the calibration).
+they are its scarcer resource (estimate.py has the calibration). Gowin's LUTs stay at 0.6
+(issue 27): a margin of 0.68, the most a Gowin build had placed at (the jet tagger fixed<8,3>
+"area" R 352/384/352/160, 5895 of the GW1NR-9's 8640 LUT4, 6 min), left no room for the
+estimate's error: the digits MLP at fixed<8,3> (calibrated) planned "area" R 192/192/160 at
+5698 LUT estimated (66 %) synthesized to 6785 LUT4 + ALU (79 %) and found no legal
+placement. At 0.6 the jet tagger plans "area" R 512/512/512/96 (5025 estimated; 4361 in
+synthesis). Nexus keeps 0.6 too (LIFCL-40: the jet tagger at 63 % placed and routed in 4.4
+min, but an earlier digits plan did not route in 15 min on a loaded machine).
 
 `plan_circuit` is what every caller of the circuit without a device of its own uses (the
 export, verify's RTL): it fits "auto" against the compiled graph's FPGA profile and returns
@@ -176,9 +183,16 @@ def _context(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float | 
           layers[-1]["wo"] * layers[-1]["w"].shape[1]) if layers else (0, 0)
     geom = tuple(fam["bram_rom"])
     narrow = soft_max_width(fam_name)
+    amin, bmin, ymin = fam.get("dsp_min_widths", (0, 0, 0))
     for lay in layers:
         lay["bram_geom"] = geom
-        lay["soft"] = max(lay["wx"], lay["ww"] + 1) <= narrow
+        # products in logic as the circuit plan decides it (plan/circuit.dsp_lanes): the
+        # input width and the widest coefficient the weights need, not the weight type's
+        # (issue 27: fixed<8,3> weights of 8 bits fit the soft width 8 of Gowin and ECP5,
+        # and the circuit built every product of the jet tagger in logic while the
+        # estimate had given 14 of them a DSP)
+        a, b = lay["wx"], coef_width(lay["w"])
+        lay["soft"] = a < amin or b < bmin or a + b < ymin or max(a, b) <= narrow
     name = prof.get("name", prof.get("title", "?"))
     budget = {"lut": int(prof["lut"]), "ff": int(prof["ff"]), "dsp": int(prof["dsp"]),
               "bram": int(prof.get("bram") or 0)}

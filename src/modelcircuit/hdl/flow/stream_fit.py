@@ -295,7 +295,7 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
     its `stream` block (build refuses it: `refusal`). HdlError as fit_reuse when no plan is
     within the HDL backend's size limits."""
     from .devices import family
-    from .estimate import estimate
+    from .estimate import estimate, lut_scale
     from .nextpnr import clock_mhz
 
     g = compiled.graph
@@ -306,7 +306,7 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
     geom = tuple(fx.layers[0]["bram_geom"]) if fx.layers else (36, 512)
     top_t = max(b + (cands[n][-1] - 1) * p for n, (b, p) in busy.items())
     cal = family(fx.family)["fit"]
-    scale = cal.get("lut_scale", cal.get("cell_scale", 1.0))
+    scale = lut_scale(cal, fx.lean)
     lay_of = {lay["node"]: lay for lay in fx.layers}
     bud = fx.budget
     thl = threshold_layers(compiled)
