@@ -213,11 +213,9 @@ class Plan:
             return None
         w, b, dt, lo, hi = lp.w, lp.b, lp.dtype, lp.lo, lp.hi
         n_out = w.shape[1]
-        rnd = {"floor": np.floor, "rint": np.rint}.get(lp.rounding)
         macs = lp.macs
         epi = self.loops.epi.get(dt) if self.loops is not None else None
-        mode = {"floor": native.EPI_FLOOR, "rint": native.EPI_RINT}.get(lp.rounding,
-                                                                        native.EPI_NONE)
+        mode = native.EPI_MODES[lp.rounding]
         b_ptr = None if b is None else b.ctypes.data  # b is the plan's (lp keeps it alive)
 
         def step(g: Graph, ins: list[Array], work: _Work) -> Array:
@@ -234,11 +232,7 @@ class Plan:
             if epi is not None:  # bias, rounding and clamp in one C loop
                 epi(work.ptr(y), b_ptr, n, n_out, mode, lo, hi)
                 return y
-            if b is not None:
-                np.add(y, b, out=y)
-            if rnd is not None:
-                rnd(y, out=y)
-            return _clip(y, lo, hi, out=y)
+            return lp.finish(y)
 
         return step
 
@@ -248,8 +242,7 @@ class Plan:
         L = self.loops
         if L is None or lp.arith is None or not lp.arith.fused:
             return None
-        mode = {"floor": native.EPI_FLOOR, "rint": native.EPI_RINT}.get(lp.rounding,
-                                                                        native.EPI_NONE)
+        mode = native.EPI_MODES[lp.rounding]
         b, lo, hi = lp.b, lp.lo, lp.hi
         return lambda y: L.epilogue(y, b, mode, lo, hi)
 

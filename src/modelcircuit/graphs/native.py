@@ -38,6 +38,8 @@ _FT = {np.dtype(np.float64): ctypes.c_double, np.dtype(np.float32): ctypes.c_flo
 _SFX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.int64): "i64"}
 # rounding modes of the C loops
 EPI_NONE, EPI_FLOOR, EPI_RINT = 0, 1, 2
+# reference.Linear.rounding -> the epilogue's mode
+EPI_MODES = {"": EPI_NONE, "floor": EPI_FLOOR, "rint": EPI_RINT}
 Q_RINT, Q_FLOOR, Q_HALF_UP = 0, 1, 2
 R_TRN, R_RND, R_RND_CONV = 0, 1, 2
 A_NONE, A_FLOOR, A_HALF_UP, A_RINT = 0, 1, 2, 3
