@@ -58,3 +58,51 @@ def test_depthwise_layers_cost_one_lane_per_channel() -> None:
         assert layer_cost(lay, 3).reuse == 3
     glob = layer_cost(dw[4], 1)
     assert glob.multipliers == 64 and glob.latency_extra == 4
+
+
+def test_multiply_mode_costs_the_product_not_the_search() -> None:
+    """A quantizer's affine thresholds (an 8-bit code over a 20-bit accumulator, as the
+    8-bit ResNet-8's layers have): the estimate takes the unit's product (its DSP blocks on
+    the family's width) and its ROM depths (M and C per step, no key ROMs)."""
+    ti, to = parse_type("fixed<24,24>"), parse_type("ufixed<8,8>")
+    rng = np.random.default_rng(3)
+    c, k = 32, 255
+    thr = np.zeros((c, k), dtype=np.int64)
+    for r in range(c):
+        a = k / 2**20 * rng.uniform(0.7, 1.0)
+        b = rng.uniform(-0.5, 0.5)
+        thr[r] = np.ceil((np.arange(1, k + 1) - 0.5 - b) / a).astype(np.int64)
+    u = ThresholdFold(ti, c, thr, np.ones(1, np.int64), np.zeros(1, np.int64), to, lanes=2)
+    assert u.mode == "multiply" and u.comparators() == 0
+    xw, mw = u.product_widths()
+    assert mw > 18  # two 18-bit blocks wide
+    cw = max(1, max(u.multiply[1]).bit_length())
+    lay = {"node": "t", "c": c, "k": k, "pixels": 16, "wi": 24, "wo": 8, "fold": True,
+           "levels": u.levels, "kw": u.key_width, "multiply": (xw, mw, cw)}
+    cost = threshold_cost(lay, 16 * 16, "ecp5")  # 16 cycles a pixel: 2 lanes, as u
+    assert cost.multipliers == 2 * (-(-xw // 18)) * (-(-mw // 18))
+    assert cost.latency_extra == u.stages + u.steps_ + 2
+    assert sorted(d for _, d in u.memories()) == [16] * 4
+    search = dict(lay, multiply=None)
+    assert threshold_cost(search, 16 * 16, "ecp5").multipliers == 0
+    assert cost.bram < threshold_cost(search, 16 * 16, "ecp5").bram
+
+
+def test_resnet8_q8_thresholds_take_the_product() -> None:
+    """Every 8-bit quantizer of the brevitas ResNet-8 after a convolution is affine in its
+    wide accumulator: each such Threshold is costed (and built) as a product, not as a key
+    search (the residual adds' 9-bit requantizers may keep theirs: 8-bit keys)."""
+    from pathlib import Path
+
+    import modelcircuit as mc
+    from modelcircuit.api import compile
+    from modelcircuit.hdl.flow.threshold_cost import threshold_layers
+
+    zoo = Path(__file__).resolve().parents[2] / "data" / "exporters" / "zoo"
+    model = compile(mc.load_onnx(str(zoo / "resnet8_q8.onnx")))
+    layers = [lay for lay in threshold_layers(model) if lay["fold"] and lay["kw"] >= 16]
+    assert len(layers) == 9 and all(lay["multiply"] for lay in layers)
+    with_search = [dict(lay, multiply=None) for lay in layers]
+    t = 32 * 32 * 16
+    assert (sum(threshold_cost(lay, t, "ecp5").bram for lay in layers)
+            < sum(threshold_cost(lay, t, "ecp5").bram for lay in with_search) // 4)

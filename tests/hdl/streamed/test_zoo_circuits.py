@@ -1,5 +1,6 @@
 """The 8-bit zoo CNNs (tests/data/exporters/zoo: brevitas ResNet-8 and DS-CNN) as streamed
-circuits. Fast: their plans use the folded Threshold search (hdl/streamed/threshold.py) and,
+circuits. Fast: their plans use the folded Threshold (hdl/streamed/threshold.py: the search,
+or the product where the thresholds are affine) and,
 for DS-CNN, the depthwise units (hdl/streamed/depthwise.py), within the HDL size limits
 (DS-CNN was refused by the product limit with 255 comparators per channel). Slow: the whole
 models through `modelcircuit verify --backends golden,rtl,gpu-emu --reuse auto`, bit-exact,
@@ -34,7 +35,11 @@ def test_zoo_plans_stream_with_searches(name, reuse) -> None:
     info = plan_top(c, reuse)
     kinds = _kinds(info)
     n_thr = sum(1 for n in c.graph.nodes if str(n.op) == "Threshold")
-    assert sum(k.startswith("threshold search") for k in kinds) == n_thr
+    assert sum(k.startswith(("threshold search", "threshold multiply")) for k in kinds) == n_thr
+    # the quantizers after a convolution are affine in their wide accumulators: products
+    wide = sum(1 for n in c.graph.nodes if str(n.op) == "Threshold"
+               and c.graph.tensor(n.inputs[0]).dtype.width >= 16)
+    assert wide == 9 and sum(k.startswith("threshold multiply") for k in kinds) >= wide
     if name == "dscnn_q8":  # 4 depthwise 3x3 layers and the global one (the average pool)
         assert kinds.count("depthwise") == 4 and kinds.count("global depthwise") == 1
     assert info["ii"] >= 1 and info["latency"] > 0

@@ -89,6 +89,7 @@ from ...graphs.ops import LINEAR, RECURRENT, ConvAttrs, DenseAttrs, Op, attrs
 from ..plan.cmvm import csd
 from ..plan.fold import fold_multipliers, fold_shape
 from ..plan.schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
+from ..streamed.depthwise import is_folded
 from .devices import family
 
 # (width, depth) configurations of one block RAM, per family (pseudo-dual-port: one write
@@ -303,8 +304,9 @@ def depthwise_shape(compiled: CompiledGraph, node: Any) -> tuple[int, int, bool]
 def depthwise_cost(layer: dict[str, Any], r: int, lean: bool = False,
                    strategy: str = "mult") -> LayerCost:
     """A dense_layers entry with "depthwise" = (taps, Cout, global) at reuse r: C lanes of
-    a (kh*kw, 1) Dense at r (hdl/streamed/depthwise.py DepthwiseDense), or, global (the
-    window is the frame), C products and accumulators (GlobalDepthwise)."""
+    a (kh*kw, 1) Dense at r (hdl/streamed/depthwise.py DepthwiseDense), from r >= 2*taps on
+    the channels folded too (DepthwiseFold), or, global (the window is the frame), C
+    products and accumulators (GlobalDepthwise)."""
     kk, cout, glob = layer["depthwise"]
     if glob:  # per channel one product (ROM coefficient or constant) and one accumulator
         wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
@@ -312,10 +314,37 @@ def depthwise_cost(layer: dict[str, Any], r: int, lean: bool = False,
                          max(1, wx * ww // 2), int(cout * (wx + 2 * acc + wo)), 4,
                          lut_per_mul_min=max(1, wx * ww // 2))
     memo = layer.setdefault("_depthwise_costs", {})
+    if is_folded(r, kk, cout):
+        key: tuple[Any, ...] = ("fold", r, lean)
+        if key not in memo:
+            memo[key] = _fold_cost(layer, kk, cout, r, lean)
+        return memo[key]
     key = (max(1, min(r, kk)), lean, strategy)
     if key not in memo:
         memo[key] = _lanes_cost(layer, kk, cout, *key)
     return memo[key]
+
+
+def _fold_cost(layer: dict[str, Any], kk: int, cout: int, r: int, lean: bool) -> LayerCost:
+    """DepthwiseFold (hdl/streamed/depthwise.py) at reuse r: L lanes of G channels, each a
+    shift register of its S = G*kk window codes (a load mux per bit), one product, a
+    coefficient ROM of S words, the bias selection, an accumulator and the requantization;
+    one output register per channel."""
+    g = max(1, min(cout, r // kk))
+    lanes = -(-cout // g)
+    g = -(-cout // lanes)
+    steps = g * kk
+    wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
+    cw = ww + 1
+    if steps >= SCHEDULES["area" if lean else "fmax"].rom_bram_depth:
+        bram, rom = lanes * bram_for_geom(cw, steps, layer.get("bram_geom", (36, 512))), 0
+    else:
+        bram, rom = 0, lanes * cw * -(-steps // 16) * (1 if steps <= 16 else 2)
+    shift = lanes * steps * wx
+    lut = rom + shift + lanes * (acc * (3 + g // 3)) + cout * wo // 2 + 40
+    ff = shift + lanes * (2 * wx + cw + 3 * acc) + cout * wo + 4 * steps.bit_length()
+    return LayerCost(layer["node"], r, lanes, int(lut), max(1, wx * cw), int(ff), steps + 3,
+                     int(bram), lut_per_mul_min=max(1, wx * cw // 2))
 
 
 def _lanes_cost(layer: dict[str, Any], kk: int, cout: int, r: int, lean: bool,

@@ -9,6 +9,11 @@ selection (a ceil(C/P):1 mux of the input width), the clamp, and L pipeline regi
 channel the held input and two output registers; the key ROMs (per lane and stage ceil(C/P)
 * 2**s words) in block RAM from BRAM_MIN_DEPTH words on, else LUT ROM (16 words a LUT4 per
 bit). A Threshold of few thresholds is the plain comparators per pixel: C*K comparators.
+
+Where the unit counts by a product ("multiply" mode, exact for a model quantizer's affine
+thresholds): per lane one (kw+1) x Mw product in DSP blocks of the family's width (each a
+multiplier of the estimate, ~Wx*Wc/2 LUT4 when it spills into logic), the M and C ROMs
+(ceil(C/P) words each), the adder and two pipeline stages in place of the L compares.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import numpy as np
 
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import Op
-from ..streamed.threshold import channel_search, fold_thresholds, search_levels
+from ..streamed.threshold import ThresholdFold, fold_thresholds
+from .devices import family
 from .estimate import LayerCost, bram_tiles
 
 BRAM_MIN_DEPTH = 64  # a ROM this deep or deeper goes to block RAM (yosys memory_libmap)
@@ -42,16 +48,16 @@ def threshold_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
         lay = {"node": n.name, "c": c, "k": k, "pixels": int(np.prod(shp[:-1])), "wi": wi,
                "wo": int(getattr(tout, "width", 8) or 8), "fold": fold_thresholds(k)}
         if lay["fold"]:
-            st = np.broadcast_to(np.asarray(g.constants[n.inputs[2]], dtype=np.int64)
-                                 .reshape(-1, k) if np.size(g.constants[n.inputs[2]]) > 1
-                                 else np.ones((1, 1), np.int64), thr.shape)
-            ms, span = 0, 1
-            for r in range(thr.shape[0]):
-                keys, _ = channel_search(thr[r], st[r], 0, tin.qmin, tin.qmax)
-                ms = max(ms, len(keys))
-                span = max(span, keys[-1] - keys[0] + 2 if keys else 1)
-            lay["levels"] = max(1, search_levels(ms))
-            lay["kw"] = int(span).bit_length()
+            # the unit's own compile-time search (its keys, levels and product): no lanes
+            # decided here, only the figures that do not depend on them
+            u = ThresholdFold(tin, c, thr, g.constants[n.inputs[2]], g.constants[n.inputs[3]],
+                              tout)
+            lay["levels"], lay["kw"] = u.levels, u.key_width
+            lay["multiply"] = None
+            if u.multiply:
+                ms, cs, _ = u.multiply
+                lay["multiply"] = (u.key_width + 1, max(1, max(ms).bit_length()),
+                                   max(1, max(cs).bit_length()))
         out.append(lay)
     return out
 
@@ -68,15 +74,35 @@ def threshold_cost(lay: dict[str, Any], t: int, family_name: str,
     lanes = -(-c // steps)
     n = -(-c // lanes)
     L, kw = lay["levels"], lay["kw"]
+    mul = lay.get("multiply")
     lut = ff = bram = 0
-    for s in range(L):
-        depth = n << s
+
+    def rom(width: int, depth: int) -> None:
+        nonlocal lut, bram
         if depth >= BRAM_MIN_DEPTH:
-            bram += lanes * bram_tiles(kw, depth, family_name, geom)
+            bram += lanes * bram_tiles(width, depth, family_name, geom)
         elif depth > 1:
-            lut += lanes * kw * -(-depth // 16) * (1 if depth <= 16 else 2)
-    lut += lanes * (L * (kw + 1) + (wi * max(0, n - 1) // 3) + 2 * (wi + 1) + 2 * wo)
-    ff += c * wi + 2 * c * wo + lanes * L * (kw + 1 + L + n.bit_length())
+            lut += lanes * width * -(-depth // 16) * (1 if depth <= 16 else 2)
+
+    # the channel selection, the clamp and the output registers' input
+    lut += lanes * ((wi * max(0, n - 1) // 3) + 2 * (wi + 1) + 2 * wo)
+    ff += c * wi + 2 * c * wo
+    if mul:
+        xw, mw, cw = mul
+        mx = int(family(family_name).get("dsp_max_width", 18))
+        blocks = -(-xw // mx) * -(-mw // mx)
+        pw = xw + mw + 1
+        rom(mw, n)
+        rom(cw, n)
+        lut += lanes * (max(pw, cw + 1) + 1)  # the + C adder
+        ff += lanes * (2 * xw + pw + 2 * n.bit_length())
+        return LayerCost(lay["node"], 2 if n > 1 else 1, lanes * blocks, int(lut),
+                         max(1, xw * mw // 2 // blocks), int(ff), 2 + n + 2, int(bram),
+                         lut_per_mul_min=max(1, xw * mw // 4 // blocks))
+    for s in range(L):
+        rom(kw, n << s)
+    lut += lanes * L * (kw + 1)
+    ff += lanes * L * (kw + 1 + L + n.bit_length())
     return LayerCost(lay["node"], 2 if n > 1 else 1, 0, int(lut), 1, int(ff), L + n + 2,
                      int(bram))
 

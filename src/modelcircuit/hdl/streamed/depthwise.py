@@ -10,6 +10,18 @@ o // m. Two stream circuits:
   and requantization as every Conv) of kh*kw inputs and one output per channel, all at one
   reuse R <= kh*kw (II R: ceil(kh*kw / R) multipliers per channel). Channels whose Dense is
   shallower (zero weights at R = 1) are delayed to the deepest one's latency.
+- `DepthwiseFold`, its inner unit from R >= 2*kh*kw on: the channels folded too. L lanes,
+  each walking G = ceil(Cout / L) channels' taps one per cycle (G = R // (kh*kw) at most,
+  steps S = G*kh*kw <= R): one multiplier, one coefficient ROM of S words and one
+  accumulator per lane, where DepthwiseDense needs a multiplier per channel (DS-CNN's 64
+  channels at the 289 cycles a window its pointwise layers leave: 2 lanes instead of 64).
+  The window vector is not copied: the WindowUnit holds its window register for the inner
+  unit's II after start (the next window needs the next pixel, accepted II cycles later),
+  so a lane's step s selects its code from it (stage A, an S:1 multiplexer: about half the
+  logic of a shift register and no flip-flops) while its ROM word is read, registers the
+  product (B), accumulates from the channel's bias at its first tap (C), and after its last
+  tap requantizes into that channel's output register (D). Step 0 is the start cycle:
+  latency S + 3, II R.
 - `GlobalDepthwise`, a window over the whole frame without padding (one output pixel: an
   average pool that an exporter wrote as a depthwise Conv, or a global depthwise layer):
   no line buffers and no window register. Each pixel's C codes are multiplied with that
@@ -26,7 +38,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib.memory import Memory
 
 from ...graphs.types import FixedType
@@ -35,6 +47,7 @@ from ..plan.schedule import Schedule
 from ..units.arith import const_mul, fit, overflow, relu, shape_of, shift_round
 from ..units.base import Unit, circuit
 from ..units.dense import Dense
+from ..units.rom_text import rom
 from .units import Geometry, Step, SUnit, Tok
 
 
@@ -42,6 +55,11 @@ def is_depthwise(w4: np.ndarray, group: int, cin: int) -> bool:
     """A Conv (kh, kw, Cin/group, Cout) with one input channel per group (group = Cin > 1)."""
     return int(group) > 1 and int(group) == int(cin) and w4.shape[2] == 1 \
         and w4.shape[3] % int(group) == 0
+
+
+def is_folded(reuse: int, kk: int, cout: int) -> bool:
+    """Whether a depthwise window at this reuse folds its channels (DepthwiseFold)."""
+    return int(reuse) >= 2 * int(kk) and int(cout) > 1
 
 
 def is_global(geo: Geometry) -> bool:
@@ -104,6 +122,131 @@ class DepthwiseDense(Unit):
         return m
 
 
+def _alignment(tx: FixedType, tw: FixedType, b: np.ndarray | None, tb: FixedType | None,
+               acc: FixedType, cout: int) -> tuple[int, int, list[int], int]:
+    """(sum's fractional bits, the products' shift to them, the biases at them, the
+    accumulator's modulus bits): the exact sum of hdl/units/dense.py (its docstring)."""
+    frac = tx.frac + tw.frac
+    fr = max(frac, tb.frac) if b is not None and tb is not None else frac
+    bias = ([0] * cout if b is None or tb is None else
+            [int(v) << (fr - tb.frac) for v in np.asarray(b).reshape(-1)])
+    return fr, fr - frac, bias, acc.width + 1
+
+
+def _finish(v: Value, frac: int, t: FixedType, relu_: bool) -> Value:
+    """The one requantization of an exact sum at `frac` fractional bits (+ ReLU)."""
+    q = overflow(shift_round(v, frac - t.frac, t.rounding), t)
+    return relu(q) if relu_ else q
+
+
+class DepthwiseFold(Unit):
+    """A depthwise window folded over its channels too (see the module docstring)."""
+
+    def __init__(self, tx: FixedType, cin: int, w4: np.ndarray, tw: FixedType,
+                 b: np.ndarray | None, tb: FixedType | None, tout: FixedType, acc: FixedType,
+                 relu_: bool, reuse: int):
+        w4 = np.asarray(w4, dtype=np.int64)
+        kh, kw, _, cout = w4.shape
+        if cout % cin:
+            raise HdlError(f"depthwise: {cout} output channels are not a multiple of "
+                           f"{cin} input channels")
+        self.kk, self.c, self.cout, self.mult = kh * kw, int(cin), int(cout), cout // cin
+        super().__init__([(tx, self.kk * self.c)], (tout, self.cout))
+        self.tx, self.tout, self.relu_ = tx, tout, bool(relu_)
+        g = max(1, min(self.cout, int(reuse) // self.kk))
+        self.lanes = -(-self.cout // g)
+        self.group = -(-self.cout // self.lanes)  # balanced: the same lanes, fewer steps
+        self.steps_ = self.group * self.kk
+        self.reuse = self.ii = max(int(reuse), self.steps_)
+        self.latency = self.steps_ + 3
+        self.w = w4.reshape(self.kk, self.cout)  # (tap, output channel)
+        self.frac, self.p_shift, self.bias, self.mod = _alignment(tx, tw, b, tb, acc,
+                                                                  self.cout)
+        self.cw = max(int(np.abs(self.w).max()).bit_length() + 1 if self.w.size else 1, 2)
+        self.multipliers = sum(1 for ln in range(self.lanes)
+                               if len(set(self._coefs(ln))) > 1
+                               or const_kind(self._coefs(ln)[0]) == "mul")
+
+    def _chan(self, lane: int, g: int) -> int | None:
+        o = lane * self.group + g
+        return o if o < self.cout else None
+
+    def _coefs(self, lane: int) -> list[int]:
+        """The lane's coefficient per step s = g * kk + k (0 past the last channel)."""
+        out = []
+        for g in range(self.group):
+            o = self._chan(lane, g)
+            out += [0] * self.kk if o is None else [int(v) for v in self.w[:, o]]
+        return out
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "kind": "depthwise fold", "lanes": self.lanes,
+                "channels_per_lane": self.group, "taps": self.kk, "steps": self.steps_}
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        en, tx, kk, G, S = self.en, self.tx, self.kk, self.group, self.steps_
+        xs = self.inputs(0)  # (tap, channel) order: tap k of channel ci at k * C + ci
+        # the step in this cycle: 0 with start (the window is valid from then on, for II
+        # cycles), then the counters' (registers: the next step)
+        act, s = Signal(name="act"), Signal(range(max(2, S)), name="s")
+        k, gc = Signal(range(max(2, kk)), name="k"), Signal(range(max(2, G)), name="g")
+        cur_act = Signal(name="cur_act")
+        cur_s, cur_k, cur_g = (Signal(v.shape(), name=f"cur_{v.name}") for v in (s, k, gc))
+        m.d.comb += [cur_act.eq(self.start | act), cur_s.eq(Mux(self.start, 0, s)),
+                     cur_k.eq(Mux(self.start, 0, k)), cur_g.eq(Mux(self.start, 0, gc))]
+        with m.If(en & cur_act):
+            m.d.sync += [s.eq(cur_s + 1), act.eq(cur_s != S - 1),
+                         k.eq(Mux(cur_k == kk - 1, 0, cur_k + 1)),
+                         gc.eq(Mux(cur_k == kk - 1, cur_g + 1, cur_g))]
+        # stage A -> B -> C -> D control, shared by the lanes
+        ctl_a = [cur_act, cur_k == 0, cur_k == kk - 1, cur_g]
+        act_b, first_b, last_b, g_b = self.regs(m, ctl_a, "cb", [1, 1, 1, gc.shape()])
+        act_c, first_c, last_c, g_c = self.regs(m, [act_b, first_b, last_b, g_b], "cc",
+                                                [1, 1, 1, gc.shape()])
+        act_d, last_d, g_d = self.regs(m, [act_c, last_c, g_c], "cd", [1, 1, gc.shape()])
+        ys: list[Value] = [Const(0, shape_of(self.tout))] * self.cout
+        for lane in range(self.lanes):
+            # the lane's walking order, selected from the held window by the step
+            order = []
+            for g in range(G):
+                o = self._chan(lane, g)
+                ci = (o if o is not None else 0) // self.mult
+                order += [xs[t * self.c + ci] for t in range(kk)]
+            sel = fit(Cat(*order).word_select(cur_s, tx.width), tx.width, tx.signed)
+            xb = self.regs(m, [sel], f"xb{lane}_", [shape_of(tx)])[0]
+            words = self._coefs(lane)
+            if len(set(words)) == 1:
+                prod, _ = const_mul(xb, words[0])
+            else:
+                mask = (1 << self.cw) - 1
+                coef = rom(m, f"w{lane}", signed(self.cw), [v & mask for v in words], cur_s,
+                           en)
+                prod = xb * coef
+            bw = [self.bias[o] if (o := self._chan(lane, g)) is not None else 0
+                  for g in range(G)]
+            bias_b: Value = (Const(bw[0], signed(self.mod)) if len(set(bw)) == 1
+                             else Array(Const(v, signed(self.mod)) for v in bw)[g_b])
+            pc, bc = self.regs(m, [fit((prod if prod is not None else Const(0)) << self.p_shift,
+                                       self.mod, True), bias_b], f"pc{lane}_",
+                               [signed(self.mod)] * 2)
+            accv = Signal(signed(self.mod), name=f"acc{lane}", reset_less=True)
+            with m.If(en & act_c):
+                m.d.sync += accv.eq(fit(Mux(first_c, bc, accv) + pc, self.mod, True))
+            q = fit(_finish(accv, self.frac, self.tout, self.relu_), self.tout.width,
+                    self.tout.signed)
+            for g in range(G):
+                o = self._chan(lane, g)
+                if o is None:
+                    continue
+                y = Signal(shape_of(self.tout), name=f"y{o}", reset_less=True)
+                with m.If(en & act_d & last_d & (g_d == g)):
+                    m.d.sync += y.eq(q)
+                ys[o] = y
+        m.d.comb += self.y.eq(Cat(*ys))
+        return m
+
+
 class GlobalDepthwise(SUnit):
     """A depthwise Conv over the whole frame, accumulated pixel by pixel (module docstring)."""
 
@@ -121,12 +264,8 @@ class GlobalDepthwise(SUnit):
         self.mult = self.cout // self.c
         self.w = w4.reshape(kh * kw, cout)  # (pixel, output channel), raster order
         self.tx, self.tout, self.relu_ = tin.t, tout, bool(relu_)
-        frac = tin.t.frac + tw.frac
-        self.frac = max(frac, tb.frac) if b is not None and tb is not None else frac
-        self.p_shift = self.frac - frac
-        self.bias = ([0] * self.cout if b is None or tb is None else
-                     [int(v) << (self.frac - tb.frac) for v in np.asarray(b).reshape(-1)])
-        self.mod = acc.width + 1
+        self.frac, self.p_shift, self.bias, self.mod = _alignment(tin.t, tw, b, tb, acc,
+                                                                  self.cout)
         self.cw = max(int(np.abs(self.w).max()).bit_length() + 1 if self.w.size else 1, 2)
         # channels whose weight varies over the frame read it from the ROM
         self.varying = [o for o in range(self.cout) if np.any(self.w[:, o] != self.w[0, o])]
@@ -192,14 +331,10 @@ class GlobalDepthwise(SUnit):
         with m.If(en):
             m.d.sync += done.eq(act_c & last_c)
         t = self.tout
-
-        def finish(v: Value) -> Value:
-            q = overflow(shift_round(v, self.frac - t.frac, t.rounding), t)
-            return relu(q) if self.relu_ else q
-
         y = [Signal(shape_of(t), name=f"y{o}", reset_less=True) for o in range(self.cout)]
         with m.If(en & done):
-            m.d.sync += [y[o].eq(fit(finish(accs[o]), t.width, t.signed))
+            m.d.sync += [y[o].eq(fit(_finish(accs[o], self.frac, t, self.relu_), t.width,
+                                       t.signed))
                          for o in range(self.cout)]
         pushr = Signal(name="pushr")
         with m.If(en):
@@ -214,7 +349,7 @@ def const_kind(c: int) -> str:
     return "zero" if a == 0 else "shift" if a & (a - 1) == 0 else "mul"
 
 
-__all__ = ["DepthwiseDense", "GlobalDepthwise", "is_depthwise", "is_global"]
+__all__ = ["DepthwiseDense", "DepthwiseFold", "GlobalDepthwise", "is_depthwise", "is_global"]
 
 
 def depthwise_unit(geo: Geometry, tok: Tok, w4: np.ndarray, tw: FixedType,
@@ -227,9 +362,13 @@ def depthwise_unit(geo: Geometry, tok: Tok, w4: np.ndarray, tw: FixedType,
 
     if is_global(geo):
         return GlobalDepthwise(tok, w4, tw, b, tb, tout, acc, relu_)
-    inner = DepthwiseDense(tok.t, geo.c, w4, tw, b, tb, tout, acc, relu_, reuse,
-                           adder_levels, schedule, strategy)
+    inner: Unit
+    if is_folded(reuse, geo.kh * geo.kw, np.shape(w4)[-1]):
+        inner = DepthwiseFold(tok.t, geo.c, w4, tw, b, tb, tout, acc, relu_, reuse)
+    else:
+        inner = DepthwiseDense(tok.t, geo.c, w4, tw, b, tb, tout, acc, relu_, reuse,
+                               adder_levels, schedule, strategy)
     return WindowUnit(geo, tok.t, inner, tout, inner.cout, 0)
 
 
-__all__ += ["depthwise_unit"]
+__all__ += ["depthwise_unit", "is_folded"]

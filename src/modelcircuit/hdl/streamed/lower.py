@@ -8,7 +8,8 @@ per spatial position, raster order (cnn_ir.md, "Streaming"). Per node:
   channels, folded over the window's inputs); a depthwise Conv (group = Cin) -> one Dense
   lane per channel, or, over the whole frame, an accumulator per channel
   (hdl/streamed/depthwise.py);
-- Threshold with many thresholds per channel -> a binary search on lanes
+- Threshold with many thresholds per channel -> a binary search (or, where exact, a
+  product) on lanes
   (hdl/streamed/threshold.py); with few, the comparators per pixel as below;
 - MaxPool / AvgPool -> `WindowUnit` with `WindowMax` / `WindowAvg`;
 - Resize -> `ResizeUnit` (+ a requantization if the output type differs);
@@ -396,7 +397,8 @@ def _per_pixel(lw: _Lowering, node: Node, inst: str) -> None:
 
 def _threshold(lw: _Lowering, node: Node, inst: str) -> None:
     """Threshold on a pixel stream: from FOLD_MIN_THRESHOLDS thresholds per channel on, the
-    binary search (hdl/streamed/threshold.py), else the comparators per pixel."""
+    binary search or, where exact, the product (hdl/streamed/threshold.py), else the
+    comparators per pixel."""
     g, ins = lw.g, lw.ins(node)
     thr = np.asarray(g.constants.get(node.inputs[1], np.zeros((0, 0))))
     c = ins[0][1].elements if len(ins) == 1 else 0
@@ -413,7 +415,8 @@ def _threshold(lw: _Lowering, node: Node, inst: str) -> None:
     unit = ThresholdFold(_t(g, node.inputs[0], node), c, thr, g.constants[node.inputs[2]],
                          g.constants[node.inputs[3]], tout, -(-c // max(1, budget)))
     lw.add(inst, node, MapUnit(unit, [tok], Tok(tout, c, tok.per_frame)), [s], True,
-           kind=f"threshold search, {unit.levels} stages, {unit.lanes} lanes")
+           kind=(f"threshold multiply, {unit.lanes} lanes" if unit.multiply
+                 else f"threshold search, {unit.levels} stages, {unit.lanes} lanes"))
 
 
 def _vector(lw: _Lowering, node: Node, inst: str) -> None:

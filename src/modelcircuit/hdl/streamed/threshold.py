@@ -18,6 +18,19 @@ bits found so far) and sets bit b of pos when x >= it. A register after every st
 V is affine in the count for a quantizer (V[j] = V[0] + s * j, the usual unit steps): no
 output ROM then, else a ROM of 2**L words.
 
+The count by a product ("multiply" mode): a model quantizer's thresholds are the ceilings of
+an affine map of the accumulator (its scale, bias and BatchNorm folded), so the count is
+floor((x' * M + C) / 2**N) for integers M >= 0, C > 0 and a shift N found at compile time
+(`channel_affine`: the slope interval every pair of keys allows, then the least N with an
+integer M and C inside it; checked exactly against every key, x' = clamp(x - lo, -1, hi)).
+Where it exists for every channel and a channel has MULTIPLY_MIN_KEYS keys or more, the L
+compare stages and their key ROMs (m * kw bits per channel: 19-26 block RAMs for one 64-channel
+8-bit layer of a ResNet-8) become one product per lane (M and C per channel in ROMs) and two
+stages: x' * M registered, then + C, >> N. When some key breaks the affine pattern (a
+quantizer rounding half to even, non-unit steps) the search stays. The FINN way is the
+thresholds alone; hls4ml requantizes with a multiplier: this is the multiplier, chosen so
+the thresholds are met exactly.
+
 `fold_thresholds` is the choice between the two circuits (the streamed lowering and the
 estimate both call it): the search from FOLD_MIN_THRESHOLDS thresholds per channel on.
 """
@@ -25,6 +38,7 @@ estimate both call it): the search from FOLD_MIN_THRESHOLDS thresholds per chann
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from amaranth.hdl import Array, Const, Module, Mux, Signal, Value, signed, unsigned
@@ -36,6 +50,10 @@ from ..units.rom_text import rom
 
 # from this many thresholds per channel on, the search (L stages) replaces the comparators
 FOLD_MIN_THRESHOLDS = 16
+# from this many keys in a channel on, the product replaces the search where it is exact: below
+# it the search's key ROMs are small (a 4-bit quantizer: 15 keys) and need no multiplier
+MULTIPLY_MIN_KEYS = 64
+MAX_SHIFT = 64  # the product's shift tried up to this (a 24-bit span needs about 48)
 
 
 def fold_thresholds(k: int) -> bool:
@@ -77,6 +95,64 @@ def channel_search(thr: np.ndarray, steps: np.ndarray, base: int, qmin: int, qma
     return [int(k) for k in u[nz]], [v0] + [v0 + int(v) for v in np.cumsum(per)[nz]]
 
 
+@lru_cache(maxsize=4096)
+def channel_affine(keys: tuple[int, ...], hi: int) -> tuple[int, int, int] | None:
+    """(M, C, N) with floor((x * M + C) / 2**N) == #{u in keys : u <= x} for every integer x
+    in [-1, hi], M >= 0 and C > 0 (so the sum is never negative); keys strictly increasing
+    from 0, hi >= keys[-1]. None when no such affine count exists (module docstring).
+
+    The count is j on [u_j, u_{j+1} - 1] (u_0 = -1, u_{m+1} - 1 = hi); a monotone f meets it
+    iff f(u_j) >= j and f(u_{j+1} - 1) <= j for every j. For a slope s and offset c that is
+    s * u_j + c >= j and s * (u_{k+1} - 1) + c < k + 1: every pair (j, k) bounds s, the
+    interval's middle is tried at growing N, and C is checked exactly in integers."""
+    m = len(keys)
+    if m == 0:
+        return (0, 1, 0)
+    u = np.asarray(keys, dtype=np.int64)
+    lo_pts = np.concatenate([[-1], u])  # f(lo_pts[j]) >= j
+    up_pts = np.concatenate([u - 1, [hi]])  # f(up_pts[j]) <= j
+    j = np.arange(m + 1, dtype=np.int64)
+    d = up_pts[None, :] - lo_pts[:, None]
+    r = (j[None, :] + 1 - j[:, None]).astype(np.float64)
+    if np.any((d == 0) & (r <= 0)):
+        return None
+    pos, neg = d > 0, d < 0
+    s_hi = float(np.min(r[pos] / d[pos])) if pos.any() else float("inf")
+    s_lo = max(0.0, float(np.max(r[neg] / d[neg]))) if neg.any() else 0.0
+    if not s_lo < s_hi or s_hi == float("inf"):
+        return None
+    lo_o, up_o, j_o = (a.astype(object) for a in (lo_pts, up_pts, j))  # Python ints
+    for n in range(MAX_SHIFT + 1):
+        one = 1 << n
+        for mm in sorted({int(np.floor(s_lo * one)) + 1, int(np.ceil(s_hi * one)) - 1,
+                          int((s_lo + s_hi) / 2 * one)}):
+            if mm < 0:
+                continue
+            c_lo = max(j_o * one - lo_o * mm)
+            c_hi = min((j_o + 1) * one - up_o * mm) - 1
+            if c_lo <= c_hi:
+                return (mm, max(c_lo, 1), n)
+    return None
+
+
+def multiply_params(rows: list[ChannelSearch]) -> tuple[list[int], list[int], int] | None:
+    """Per channel (M, C) at one shift N (each channel's own scaled up to the largest: the
+    same floor), or None when a channel has no affine count or none reaches
+    MULTIPLY_MIN_KEYS keys (the search is the cheaper circuit then)."""
+    if not rows or max(r.m for r in rows) < MULTIPLY_MIN_KEYS:
+        return None
+    found = []
+    for r in rows:
+        if r.step() is None:
+            return None
+        a = channel_affine(tuple(r.keys[:r.m]), r.hi)
+        if a is None:
+            return None
+        found.append(a)
+    n = max(a[2] for a in found)
+    return ([a[0] << (n - a[2]) for a in found], [a[1] << (n - a[2]) for a in found], n)
+
+
 def search_levels(m: int) -> int:
     """Compare stages for m keys: the least L with 2**L - 1 >= m."""
     return int(m).bit_length()
@@ -89,12 +165,13 @@ def _wrap(v: int, t: FixedType) -> int:
 
 
 class ThresholdFold(Unit):
-    """MultiThreshold by binary search over n channels (one pixel per start): thr (rows, K)
-    with rows 1 (every channel) or n, steps broadcast to thr, base (rows,) or one value;
-    `lanes` channels at a time (module docstring)."""
+    """MultiThreshold by binary search, or by a product where that is exact, over n channels
+    (one pixel per start): thr (rows, K) with rows 1 (every channel) or n, steps broadcast
+    to thr, base (rows,) or one value; `lanes` channels at a time (module docstring)."""
 
     def __init__(self, tin: FixedType, n: int, thr: np.ndarray, steps: np.ndarray,
-                 base: np.ndarray, tout: FixedType, lanes: int | None = None):
+                 base: np.ndarray, tout: FixedType, lanes: int | None = None,
+                 multiply: bool = True):
         super().__init__([(tin, n)], (tout, n))
         thr = np.asarray(thr, dtype=np.int64)
         thr = thr.reshape(1, -1) if thr.ndim < 2 else thr.reshape(thr.shape[0], -1)
@@ -119,25 +196,74 @@ class ThresholdFold(Unit):
         self.steps_ = -(-n // self.lanes)  # cycles per pixel
         self.key_width = max(1, max(r.hi + 1 for r in self.rows).bit_length())
         self.affine = all(r.step() is not None for r in self.chan)
+        # multiply=False: the search whatever the keys (tests compare the two circuits)
+        self.multiply = multiply_params(self.rows) if self.affine and multiply else None
+        # pipeline stages of the count: L compares, or the product and the shift
+        self.stages = 2 if self.multiply else self.levels
         self.ii = self.steps_
-        self.latency = self.levels + self.steps_ + 2 + (0 if self.affine else 1)
+        self.latency = self.stages + self.steps_ + 2 + (0 if self.affine else 1)
         self.thresholds = int(thr.shape[1])
 
+    @property
+    def mode(self) -> str:
+        return "multiply" if self.multiply else "search"
+
+    def product_widths(self) -> tuple[int, int] | None:
+        """(x', M) widths of the multiply mode's product (x' signed: the clamp's -1)."""
+        if not self.multiply:
+            return None
+        return self.key_width + 1, max(1, max(self.multiply[0]).bit_length())
+
     def comparators(self) -> int:
-        return self.lanes * self.levels
+        return 0 if self.multiply else self.lanes * self.levels
 
     def memories(self) -> list[tuple[int, int]]:
-        """(width, depth) of every ROM: per lane, the keys of each stage (and the values
-        unless affine)."""
+        """(width, depth) of every ROM: per lane, the keys of each stage (the multiply mode:
+        M and C) and the values unless affine."""
+        if self.multiply:
+            ms, cs, _ = self.multiply
+            out = [(max(1, max(ms).bit_length()), self.steps_),
+                   (max(1, max(cs).bit_length()), self.steps_)] * self.lanes
+            return [(w, d) for w, d in out if d > 1]
         out = [(self.key_width, self.steps_ << s) for s in range(self.levels)] * self.lanes
         if not self.affine:
             out += [(self.tout.width, self.steps_ << self.levels)] * self.lanes
         return out
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "kind": "threshold search", "levels": self.levels,
-                "lanes": self.lanes, "thresholds": self.thresholds,
-                "comparators": self.comparators()}
+        d = {**super().describe(), "kind": f"threshold {self.mode}", "levels": self.levels,
+             "lanes": self.lanes, "thresholds": self.thresholds,
+             "comparators": self.comparators()}
+        if self.multiply:
+            d["product"] = list(self.product_widths() or ())
+            d["shift"] = self.multiply[2]
+        return d
+
+    def _count_by_product(self, m: Module, p: int, x1: Value, j1: Value, v1: Value,
+                          en: Value
+                          ) -> tuple[Value, Value, Value]:
+        """The multiply mode's two stages on lane p: x' * M (M read from a ROM at the step
+        while x' is registered), then (+ C) >> N; returns (count, step, valid)."""
+        assert self.multiply is not None
+        ms, cs, n_sh = self.multiply
+        n, L = self.steps_, self.levels
+        idx = [jj * self.lanes + p for jj in range(n)]
+        mw = max(1, max(ms).bit_length())
+        cw = max(1, max(cs).bit_length())
+        row = [(c if len(self.rows) > 1 else 0) if c < self.n else None for c in idx]
+        mwords = [ms[r] if r is not None else 0 for r in row]
+        cwords = [cs[r] if r is not None else 1 for r in row]
+        xa, ja, va = self.regs(m, [x1, j1, v1], f"mx{p}_", [x1.shape(), j1.shape(), 1])
+        mv: Value = (Const(mwords[0], unsigned(mw)) if len(set(mwords)) == 1
+                     else rom(m, f"m{p}", unsigned(mw), mwords, j1, en))
+        pw = len(x1) + mw + 1
+        pb, jb, vb = self.regs(m, [xa * mv, ja, va], f"mp{p}_",
+                               [signed(pw), ja.shape(), 1])
+        cv: Value = (Const(cwords[0], unsigned(cw)) if len(set(cwords)) == 1
+                     else rom(m, f"c{p}", unsigned(cw), cwords, ja, en))
+        total = Signal(signed(max(pw, cw + 1) + 1), name=f"mt{p}")
+        m.d.comb += total.eq(pb + cv)
+        return fit(total >> n_sh, L, False), jb, vb
 
     def _ch(self, j: int, p: int) -> ChannelSearch | None:
         c = j * self.lanes + p
@@ -191,7 +317,9 @@ class ThresholdFold(Unit):
             jq: Value = j1
             vq: Value = v1
             pos: Value = Const(0, L)
-            for s in range(L):
+            if self.multiply:
+                pos, jq, vq = self._count_by_product(m, p, x1, j1, v1, en)
+            for s in range(0 if self.multiply else L):
                 b = L - 1 - s
                 words = []
                 for jj in range(n):
@@ -237,4 +365,5 @@ class ThresholdFold(Unit):
         return m
 
 
-__all__ = ["FOLD_MIN_THRESHOLDS", "ThresholdFold", "channel_search", "fold_thresholds"]
+__all__ = ["FOLD_MIN_THRESHOLDS", "MULTIPLY_MIN_KEYS", "ThresholdFold", "channel_affine",
+           "channel_search", "fold_thresholds", "multiply_params"]
