@@ -54,10 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     c = compile(g, precision=a.precision, profile=a.device, reuse=reuse)
     plan = plan_circuit(c, reuse)
     info = plan_top(c, plan)
+    est = (plan.fit or {}).get("estimate")
+    if est is None:  # an explicit plan: the flow's check of it (fit.check_plan)
+        from modelcircuit.hdl.flow.devices import fpga_profile
+        from modelcircuit.hdl.flow.fit import check_plan
+
+        try:
+            est = check_plan(c, fpga_profile(a.device), dict(plan.reuse)).estimate
+        except FlowError as e:
+            est = {"refused": str(e).splitlines()[0]}
     row: dict = {"model": g.name, "device": a.device, "precision": a.precision,
                  "reuse_option": a.reuse, "reuse": dict(plan.reuse), "ii_per_token": info["ii"],
                  "sequence_cycles": info["frame_cycles"], "latency_cycles": info["latency"],
-                 "estimate": (plan.fit or {}).get("estimate"),
+                 "estimate": est,
                  "plan_s": round(time.perf_counter() - t0, 2)}
     print(f"{g.name}: reuse {row['reuse']}")
     print(f"compile time: II {row['ii_per_token']} cycles per token, "

@@ -52,6 +52,14 @@ of width W ~W LUT4 (carry chain).
   with 14 DSPs on a GW1NR-9 while the circuit had none (its products are registered
   coefficient slices). At fixed<8,3> ECP5 plans change with it (more LUTs estimated;
   ECP5's lut_scale was calibrated at fixed<6,3> and fixed<16,6>, which this leaves alone).
+- Products of the attention circuits (issue 25; flow/attention_cost.py): `dsp_first` costs
+  whose `dsp_blocks` the DSP budget pays first (their `$mul`s are wider than the Dense lanes,
+  and the flow keeps the widest in DSP blocks), then one block per Dense lane; a streamed
+  Dense per token costs a lane in logic by its coefficients' own width (`soft_cw`: yosys
+  narrows the `$mul` before `booth`). Measured, the small encoder (8 tokens, d 16, FFN 32)
+  at fixed<16,6> on ecp5-85k, synth_ecp5 (yosys 0.70, prep with opt_merge): R 16 (70 lanes
+  in logic) 44,612 LUT4 + 4,692 CCU2C against 59,568 estimated; every product in a DSP
+  block 22,304 + 3,783.
 - `lut_scale` on Gowin per schedule ("fmax" 1.65, "area" 1.0; `lut_scale(cal, lean)`) and
   Nexus (1.45), issue 27, against yosys 0.70 LUT1-4 + ALU after synth_gowin (nextpnr places
   a few more ALUs: 5133 LUT4 against 5002 for the jet tagger) or nextpnr's OXIDE_COMB, the
@@ -87,7 +95,7 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import LINEAR, RECURRENT, ConvAttrs, DenseAttrs, Op, attrs
 from ..plan.cmvm import csd
-from ..plan.fold import fold_multipliers, fold_shape
+from ..plan.fold import coef_width, fold_multipliers, fold_shape
 from ..plan.schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
 from ..streamed.depthwise import is_folded
 from .devices import family
@@ -137,6 +145,11 @@ class LayerCost:
     # the least a multiplier made of logic costs (yosys `booth` of a Wx x Wc product:
     # about Wx*Wc/2 LUT4): the explicit-reuse check (fit.check_plan) refuses only on that
     lut_per_mul_min: int = 0
+    # DSP blocks its multipliers want together (0: one each); `dsp_first`: `$mul`s that the
+    # flow keeps in DSP blocks before the Dense lanes (the attention circuits' products,
+    # hdl/streamed/attention.fixed_products; plan/circuit.dsp_lanes gives the lanes the rest)
+    dsp_blocks: int = 0
+    dsp_first: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -171,6 +184,12 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
                     "sx": bool(getattr(tx, "signed", True)),
                     "ww": _width(g, n.inputs[1]), "wo": _width(g, n.outputs[0]),
                     "acc": accw + 1})
+        shp = g.tensor(n.inputs[0]).shape
+        if flat is None and n.op == Op.DENSE and len(shp) >= 2 and int(np.prod(shp[:-1])) > 1:
+            from ..streamed.lower import is_streamed
+
+            if is_streamed(g):  # a Dense per token: its lanes beyond the DSPs are booth logic
+                out[-1]["soft_cw"] = coef_width(w)
         if n.op == Op.CONV:  # depthwise: one lane per channel (depthwise_cost)
             dw = depthwise_shape(compiled, n)
             if dw is not None:
@@ -197,15 +216,9 @@ def _recurrent_layer(g: Any, n: Any) -> dict[str, Any]:
 def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
     """(pixels, channels) when a streamed model's Dense takes a Flatten of a frame pixel by
     pixel (hdl/streamed/dense.py FlatDense), else None."""
-    from ..streamed.lower import is_streamed
+    from ..streamed.lower import flat_source
 
-    if n.op != Op.DENSE or not is_streamed(g):
-        return None
-    p = g.producer(n.inputs[0])
-    if p is None or p.op != Op.RESHAPE or len(g.consumers(n.inputs[0])) != 1:
-        return None
-    shp = g.tensor(p.inputs[0]).shape
-    return (int(np.prod(shp[:-1])), int(shp[-1])) if len(shp) >= 2 else None
+    return flat_source(g, n)
 
 
 def flat_cost(layer: dict[str, Any], r: int) -> LayerCost:
@@ -258,6 +271,11 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
     f = fold_shape(n_in, n_out, r)
     lanes = f.c * f.m
     cw = ww + 1
+    # a product in logic: the coefficients' own width where the layer has it (a streamed
+    # Dense per token, whose `$mul` lanes yosys narrows to it before `booth`: issue 25,
+    # the small encoder's 16 x 11 lanes at 319 LUT4 + 13 CCU2C each, 44,612 LUT4 with 70 of
+    # them against 22,304 with none), else the weight type's
+    scw = int(layer.get("soft_cw", cw))
     width, depth = mults * cw, f.steps
     if mults and depth >= SCHEDULES["area" if lean else "fmax"].rom_bram_depth:  # block RAM
         bram = bram_for_geom(width, depth, layer["bram_geom"])
@@ -275,15 +293,15 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
         if bram and SCHEDULES["area"].bram_reg:  # the read and the chunk once more (an
             ff += width + f.c * wx  # upper bound for "latency", which has no bram_reg)
         lut = rom + tree + f.r_in * f.c * wx + 2 * f.m * acc + n_out * wo + 60
-        return LayerCost(layer["node"], r, mults, int(lut), max(1, 2 * wx * cw), int(ff),
-                         depth + LEAN_FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
+        return LayerCost(layer["node"], r, mults, int(lut), max(1, 2 * wx * scw), int(ff),
+                         depth + LEAN_FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * scw // 2))
     accum = f.m * acc * 2 + n_out * wo
     lut = rom + tree + accum + depth.bit_length() * 6
     levels = max(1, math.ceil(math.log2(max(2, f.c))))
     ff = (f.r_in * f.c * wx + 3 * f.c * wx + (2 if bram else 3) * width + 2 * lanes * acc
           + f.m * acc + n_out * wo + (levels // 2) * lanes * acc)
-    return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * cw), int(ff),
-                     depth + FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
+    return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * scw), int(ff),
+                     depth + FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * scw // 2))
 
 
 def depthwise_shape(compiled: CompiledGraph, node: Any) -> tuple[int, int, bool] | None:
@@ -525,11 +543,30 @@ def estimate(costs: list[LayerCost], dsp_budget: int, family_name: str = "ecp5",
     with a lean schedule ("area"), which picks the family's `ff_scale` for it."""
     cal = family(family_name)["fit"]
     mults = sum(c.multipliers for c in costs)
-    dsp = min(sum(c.multipliers for c in costs if not c.soft), dsp_budget)
+    # the attention circuits' products first (wider than the Dense lanes, several blocks
+    # each; a share of them as the blocks allow), then one block per Dense lane
+    first = [c for c in costs if c.dsp_first and not c.soft and c.multipliers]
+    want = sum(c.dsp_blocks or c.multipliers for c in first)
+    n_first = sum(c.multipliers for c in first)
+    used = min(want, dsp_budget)
+    in_dsp = n_first if want <= dsp_budget else n_first * dsp_budget // max(1, want)
+    rest = min(sum(c.multipliers for c in costs if not c.soft and not c.dsp_first),
+               dsp_budget - used)
+    dsp = used + rest
     # the flow keeps the widest products in DSPs; assume the rest cost the layer average
-    soft = mults - dsp
-    per = (sum((c.lut_per_mul_min if least else c.lut_per_mul) * c.multipliers for c in costs)
-           / mults) if mults else 0
+    # (the attention circuits' products that find no block: their own average)
+    soft = mults - in_dsp - rest
+
+    def avg(cs: list[LayerCost]) -> float:
+        n = sum(c.multipliers for c in cs)
+        return sum((c.lut_per_mul_min if least else c.lut_per_mul) * c.multipliers
+                   for c in cs) / n if n else 0
+
+    ids = {id(c) for c in first}
+    others = [c for c in costs if id(c) not in ids]
+    soft_first = n_first - in_dsp
+    per = ((avg(first) * soft_first + avg(others) * (soft - soft_first)) / soft
+           if soft else 0)
     if cal["logic_cells"]:
         in_bits, out_bits = io_bits
         wrapper = in_bits + 8 * -(-out_bits // 8) + 2 * out_bits + cal["uart_cells"]

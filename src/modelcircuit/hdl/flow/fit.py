@@ -334,14 +334,17 @@ def check_plan(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[str, in
     missing = [lay["node"] for lay in fx.layers if lay["node"] not in plan]
     plan = {**{n: 1 for n in missing}, **{k: int(v) for k, v in plan.items()}}
     plan = {lay["node"]: plan[lay["node"]] for lay in fx.layers}
-    fp = fx.plan(plan, least=True) if plan else fx.empty(fx.overhead)
+    # the estimate shown is the one --reuse auto would make of this plan; the refusal is on
+    # the least (multipliers in logic at their least cost)
+    fp = fx.plan(plan) if plan else fx.empty(fx.overhead)
+    low = fx.plan(plan, least=True).estimate if plan else fp.estimate
     from ..streamed.lower import is_streamed
 
     if plan and is_streamed(compiled.graph):  # + windows, line buffers, FIFOs
         from .stream_fit import check_streamed
 
-        check_streamed(compiled, fx, fp, plan, pipeline)
-    est, b = fp.estimate, fx.budget
+        low = check_streamed(compiled, fx, fp, plan, pipeline) or low
+    est, b = low, fx.budget
     over = []
     if est["lut"] > b["lut"] * EXPLICIT_MARGIN:
         over.append("LUT")

