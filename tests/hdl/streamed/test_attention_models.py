@@ -88,8 +88,9 @@ def test_reuse_auto_counts_the_attention_circuits() -> None:
     token-wise Dense layers fold within the frame time (T x R cycles; R 32 since issue 25:
     at R 16, within the attention's sequence time, the Dense lanes the DSP blocks do not
     take, 70 of them, make it 59.6k LUT estimated, 44,612 LUT4 + 4,692 CCU2C in synth_ecp5,
-    over the 60 % auto keeps to), the LayerNorms fold within the attention's row time, and
-    the planned circuit stays bit-exact."""
+    over the 60 % auto keeps to), the LayerNorms fold within the token time the design takes
+    anyway (the Dense layers' R 32, more than the attention's row time), and the planned
+    circuit stays bit-exact."""
     from modelcircuit.hdl.flow.fit import plan_circuit
 
     kw = dict(tokens=8, d=16, heads=2, ffn=32, classes=5)
@@ -103,7 +104,7 @@ def test_reuse_auto_counts_the_attention_circuits() -> None:
     for n in ("l0_q", "l0_k", "l0_v", "l0_ff1", "l0_ff2"):
         assert 1 < plan.reuse[n] and 8 * plan.reuse[n] <= info["frame_cycles"], (n, plan.reuse[n])
     ln = [u for u in info["layers"] if u["op"] == "LayerNorm"]
-    assert all(u["ii"] <= seq // 8 and u["multipliers"] < 3 * 16 for u in ln), ln
+    assert all(seq // 8 < u["ii"] <= 32 and u["multipliers"] < 3 * 16 for u in ln), ln
     est = plan.fit["estimate"]
     att = [lay for lay in plan.fit["layers"] if lay["node"] == "l0_attn (attention)"][0]
     # q.k, the scale, e * r, p * v per head (hdl/streamed/attention.fixed_products)

@@ -153,7 +153,7 @@ def test_attention_unit_bit_exact(case: str) -> None:
 @pytest.mark.parametrize("d,passes,gap,bp", [(8, 3, 0.3, 0.4), (7, 7, 0.0, 0.0),
                                              (6, 2, 0.2, 0.0)])
 def test_layernorm_fold_bit_exact(d, passes, gap, bp) -> None:
-    """The folded LayerNorm (lanes = ceil(D / passes) elements per cycle, II 2P + 5)."""
+    """The folded LayerNorm (lanes = ceil(D / passes) elements per cycle, II 2P + 9)."""
     from modelcircuit.hdl.units.layernorm import LayerNormFold, fold_ii
 
     tin, tout = FixedType(16, 6), FixedType(14, 5, rounding=Rounding.RND)

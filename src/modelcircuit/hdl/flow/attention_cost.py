@@ -121,7 +121,10 @@ def layernorm_cost(g: Any, n: Any, plan: dict[str, int], family_name: str,
            + d * dw * (2 if passes > 1 else 1)  # D*q - S (shift-adds), the ring's muxes
            + lanes * 2 * vw + 2 * vw           # V, e, the mantissa's barrel shifter
            + lanes * (2 * dw + 3 * wo))        # the shift by e, the requantization
-    ff = d * (wx + dw) + vw + bits + 8 + (d * (wo + 32) if passes > 1 else 4 * d * dw)
+    # the fold: the ring, the output ring, g and b; per lane the registered d ** 2, d * R,
+    # t and t * g + b (LayerNormFold: every product registered on both sides)
+    ff = d * (wx + dw) + vw + bits + 8 + (d * (wo + 32) + lanes * (5 * dw + wo + 16) + bits
+                                          if passes > 1 else 4 * d * dw)
     tab = np.asarray(g.constants[n.inputs[5]]) if len(n.inputs) > 5 else np.zeros(1 << bits)
     bram = bram_tiles(int(tab.max(initial=1)).bit_length() + 1, int(tab.size), family_name,
                       geom)

@@ -425,8 +425,9 @@ def lower_attention(lw: Any, node: Any, inst: str) -> None:
 def layernorm_passes(g: Any, node: Any, reuse: Any) -> int:
     """Cycles per pass of a streamed LayerNorm (hdl/units/layernorm.py LayerNormFold): the
     plan's reuse for the node if it names one, else the most that keeps its II within the
-    cycles per token of the graph's attention (its sequence time over its tokens: the
-    design's II per token is no less), else 0 (the parallel unit, II 1)."""
+    cycles per token the design takes anyway: the graph's attention (its sequence time over
+    its tokens) or, where slower, a token-wise Dense at its reuse (one token per R cycles),
+    else 0 (the parallel unit, II 1)."""
     from ...graphs.ops import Op
     from ..units.layernorm import fold_passes
 
@@ -437,8 +438,11 @@ def layernorm_passes(g: Any, node: Any, reuse: Any) -> int:
             // int(g.tensor(n.inputs[0]).shape[-2]) for n in g.nodes if n.op == Op.ATTENTION]
     if not rows:
         return 0
+    per_token = [int(reuse[n.name]) for n in g.nodes
+                 if n.op == Op.DENSE and isinstance(reuse.get(n.name), int)
+                 and len(g.tensor(n.inputs[0]).shape) >= 2]
     d = int(g.tensor(node.inputs[0]).shape[-1])
-    return fold_passes(d, min(rows))
+    return fold_passes(d, max([min(rows), *per_token]))
 
 
 def lower_layer_norm(lw: Any, node: Any, inst: str) -> None:

@@ -67,6 +67,20 @@ def is_global(geo: Geometry) -> bool:
     return (geo.kh, geo.kw) == (geo.h, geo.w) and geo.pads == (0, 0, 0, 0)
 
 
+def _depthwise_shape(u: Unit, tx: FixedType, cin: int, w4: np.ndarray, tout: FixedType
+                     ) -> np.ndarray:
+    """The (kh, kw, 1, cout) weights as int64; sets kk, c, cout, mult and the unit's ports
+    (kk*c window codes in, cout out) of a depthwise unit."""
+    w4 = np.asarray(w4, dtype=np.int64)
+    kh, kw, _, cout = w4.shape
+    if cout % cin:
+        raise HdlError(f"depthwise: {cout} output channels are not a multiple of "
+                       f"{cin} input channels")
+    u.kk, u.c, u.cout, u.mult = kh * kw, int(cin), int(cout), cout // cin
+    Unit.__init__(u, [(tx, u.kk * u.c)], (tout, u.cout))
+    return w4
+
+
 class DepthwiseDense(Unit):
     """Per output channel a Dense over its kh*kw taps (see the module docstring)."""
 
@@ -74,13 +88,7 @@ class DepthwiseDense(Unit):
                  b: np.ndarray | None, tb: FixedType | None, tout: FixedType, acc: FixedType,
                  relu_: bool, reuse: int = 1, adder_levels: int = 4,
                  schedule: Schedule | None = None, strategy: str = "mult"):
-        w4 = np.asarray(w4, dtype=np.int64)
-        kh, kw, _, cout = w4.shape
-        if cout % cin:
-            raise HdlError(f"depthwise: {cout} output channels are not a multiple of "
-                           f"{cin} input channels")
-        self.kk, self.c, self.cout, self.mult = kh * kw, int(cin), int(cout), cout // cin
-        super().__init__([(tx, self.kk * self.c)], (tout, self.cout))
+        w4 = _depthwise_shape(self, tx, cin, w4, tout)
         self.tx = tx
         self.reuse = max(1, min(int(reuse), self.kk))
         self.chans: list[Dense] = []
@@ -145,13 +153,7 @@ class DepthwiseFold(Unit):
     def __init__(self, tx: FixedType, cin: int, w4: np.ndarray, tw: FixedType,
                  b: np.ndarray | None, tb: FixedType | None, tout: FixedType, acc: FixedType,
                  relu_: bool, reuse: int):
-        w4 = np.asarray(w4, dtype=np.int64)
-        kh, kw, _, cout = w4.shape
-        if cout % cin:
-            raise HdlError(f"depthwise: {cout} output channels are not a multiple of "
-                           f"{cin} input channels")
-        self.kk, self.c, self.cout, self.mult = kh * kw, int(cin), int(cout), cout // cin
-        super().__init__([(tx, self.kk * self.c)], (tout, self.cout))
+        w4 = _depthwise_shape(self, tx, cin, w4, tout)
         self.tx, self.tout, self.relu_ = tx, tout, bool(relu_)
         g = max(1, min(self.cout, int(reuse) // self.kk))
         self.lanes = -(-self.cout // g)

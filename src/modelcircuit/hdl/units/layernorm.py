@@ -30,6 +30,8 @@ from .base import Unit
 from .elementwise import table_read, table_rom
 
 LATENCY = 8
+# LayerNormFold's cycles per token beside its two passes (its docstring)
+FOLD_FIXED = 9
 
 
 def _tree(vals: list[Value]) -> Value:
@@ -148,13 +150,13 @@ def mul_operands(a: Any, b: Any) -> tuple[int, int]:
 
 def fold_ii(d: int, passes: int) -> int:
     """II (= latency) of LayerNormFold over d elements in `passes` cycles per pass."""
-    return 2 * passes + 5
+    return 2 * passes + FOLD_FIXED
 
 
 def fold_passes(d: int, budget: int) -> int:
     """The most cycles per pass (fewest multipliers) whose II stays within `budget` cycles
     per token; 0 when even one cycle per pass does not (the parallel unit then)."""
-    p = max(0, (budget - 5) // 2)
+    p = max(0, (budget - FOLD_FIXED) // 2)
     if p <= 1:
         return 0
     lanes = -(-d // min(p, d))
@@ -166,12 +168,17 @@ class LayerNormFold(LayerNormUnit):
     contract of LayerNormUnit, its sums in three steps per token:
       cycle 0 (start):    q and S = sum q registered (an adder tree, no multiplier);
       cycle 1:            d_i = D * q_i - S (shift-adds) into a ring of D registers;
-      cycles 2..P+1:      the ring rotates by `lanes`; V += the lanes' d_i ** 2 (E first);
-      cycle P+2:          e and m = V >> 2e registered; the ROM reads R (valid at P+4);
-      cycles P+4..2P+3:   the ring rotates again: t = (d * R) >> e registered, then
-                          y = requantize(t * g + b) into the output ring (g, b rotate in
-                          constant rings alongside).
-    II = latency = 2P + 5; 3 * lanes multipliers."""
+      cycles 2..P+1:      the ring rotates by `lanes`; the lanes' d_i ** 2 registered;
+      cycles 3..P+2:      V += their sum (E first);
+      cycle P+3:          e and m = V >> 2e registered; the ROM reads R (valid at P+5),
+                          registered once more (P+6);
+      cycles P+6..2P+5:   the ring rotates again: d * R registered, then t = that >> e,
+                          then t * g + b, then y = requantize(t * g + b) into the output
+                          ring (g, b rotate in constant rings alongside, P+8..2P+7).
+    Every product has a register of its own on both sides: on an ECP5 the one-cycle
+    rsqrt-read -> d * R -> shift of the first version was the critical path of the small
+    encoder (29.4 ns: BRAM clock-to-out, two chained MULT18X18Ds, their carry sum).
+    II = latency = 2P + 9; 3 * lanes multipliers."""
 
     def __init__(self, *args: Any, passes: int, **kw: Any):
         super().__init__(*args, **kw)
@@ -227,11 +234,11 @@ class LayerNormFold(LayerNormUnit):
         vsum = Signal(self.v_width + 1, name="v", reset_less=True)
         with m.If(en & run & (c == 1)):
             m.d.sync += [ring[i].eq(dvals[i] if i < n else 0) for i in range(npad)]
-        with m.If(en & (between(2, P + 1) | between(P + 4, 2 * P + 3))):
+        with m.If(en & (between(2, P + 1) | between(P + 6, 2 * P + 5))):
             m.d.sync += [ring[i].eq(rot[i]) for i in range(npad)]
-        with m.If(en & between(2, P + 1)):
-            m.d.sync += vsum.eq(fit(Mux(c == 2, self.eps, vsum)
-                                    + _tree([ring[j] * ring[j] for j in range(ln)]),
+        sq = self.regs(m, [ring[j] * ring[j] for j in range(ln)], "sq")
+        with m.If(en & between(3, P + 2)):
+            m.d.sync += vsum.eq(fit(Mux(c == 3, self.eps, vsum) + _tree(sq),
                                     self.v_width + 1, False))
         e: Value = Value.cast(0)
         for k in range(1, self.e_max + 1):
@@ -242,11 +249,12 @@ class LayerNormFold(LayerNormUnit):
         e = fit(e, ew, False)
         mant = Signal(self.bits, name="mant", reset_less=True)
         esh = Signal(ew, name="e", reset_less=True)
-        with m.If(en & run & (c == P + 2)):
+        with m.If(en & run & (c == P + 3)):
             m.d.sync += [mant.eq(fit(vsum >> (e << 1), self.bits, False)), esh.eq(e)]
         rom = table_rom(m, "rsqrt_table", self.table, self.table_type)
-        r = table_read(m, rom, mant, en)
-        tw = [self.regs(m, [(ring[j] * r) >> esh], f"t{j}_")[0] for j in range(ln)]
+        r = self.regs(m, [table_read(m, rom, mant, en)], "r")[0]
+        pr = self.regs(m, [ring[j] * r for j in range(ln)], "p")
+        tw = self.regs(m, [v >> esh for v in pr], "t")
         # the constants of the lanes, rotating one pass behind the ring (t is registered)
         gpad = self.g + [0] * (npad - n)
         bpad = self.b + [0] * (npad - n)
@@ -256,14 +264,14 @@ class LayerNormFold(LayerNormUnit):
         gr = [Signal(signed(gw), name=f"g{i}", init=gpad[i]) for i in range(npad)]
         br = [Signal(signed(bw), name=f"b{i}", init=bpad[i] << (fo - self.fb))
               for i in range(npad)]
-        with m.If(en & between(P + 5, 2 * P + 4)):
+        with m.If(en & between(P + 8, 2 * P + 7)):
             m.d.sync += [gr[i].eq(gr[(i + ln) % npad]) for i in range(npad)]
             m.d.sync += [br[i].eq(br[(i + ln) % npad]) for i in range(npad)]
         tout = self.out_spec[0]
-        ys = [fit(requantize(tw[j] * gr[j] + br[j], fo, tout), tout.width, tout.signed)
-              for j in range(ln)]
+        u = self.regs(m, [tw[j] * gr[j] + br[j] for j in range(ln)], "u")
+        ys = [fit(requantize(u[j], fo, tout), tout.width, tout.signed) for j in range(ln)]
         yr = [Signal(shape_of(tout), name=f"y{i}", reset_less=True) for i in range(npad)]
-        with m.If(en & between(P + 5, 2 * P + 4)):
+        with m.If(en & between(P + 9, 2 * P + 8)):
             m.d.sync += [yr[i].eq(yr[i + ln]) for i in range(npad - ln)]
             m.d.sync += [yr[npad - ln + j].eq(ys[j]) for j in range(ln)]
         self.drive_y(m, yr[:n])
