@@ -137,3 +137,62 @@ def test_every_direct_yowasp_run_is_warmed_first() -> None:
         if "tool_path(" in text and "subprocess" in text and "warm_tool(" not in text:
             bad.append(str(p.relative_to(root)))
     assert not bad, f"runs a yowasp tool without warm_tool: {bad}"
+
+
+_DEEP = r"""
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+import wasm_stack
+if sys.argv[2] == "big":
+    assert wasm_stack._patch()
+import wasmtime
+wat = '''(module (func $f (export "f") (param i32) (result i32)
+  (if (result i32) (i32.eqz (local.get 0)) (then (i32.const 0))
+    (else (i32.add (i32.const 1) (call $f (i32.sub (local.get 0) (i32.const 1))))))))'''
+engine = wasmtime.Engine(wasmtime.Config())
+store = wasmtime.Store(engine)
+inst = wasmtime.Instance(store, wasmtime.Module(engine, wat), [])
+res = {}
+def run():
+    try:
+        res["v"] = inst.exports(store)["f"](store, 1_000_000)
+    except Exception as e:
+        res["e"] = str(e)
+t = threading.Thread(target=run)
+t.start()
+t.join()
+print(res.get("v", res.get("e")))
+"""
+
+
+@pytest.mark.parametrize("stack", ["default", "big"])
+def test_wasm_stack_holds_a_deep_recursion(stack, tmp_path):
+    """yowasp runs its tools on a thread under wasmtime's 512 KiB default WebAssembly stack;
+    yosys's recursive cell sort exhausted it on the 8-bit ResNet-8 (issue 29). A million
+    nested calls trap there and return under wasm_stack's limits."""
+    from pathlib import Path
+
+    flow = Path(tools.__file__).parent
+    script = tmp_path / "deep.py"
+    script.write_text(_DEEP)
+    r = subprocess.run([sys.executable, str(script), str(flow), stack], capture_output=True,
+                       text=True, timeout=300)
+    out = r.stdout.strip()
+    if stack == "default":
+        assert "call stack exhausted" in out, (out, r.stderr[-2000:])
+    else:
+        assert r.returncode == 0 and out == "1000000", (out, r.stderr[-2000:])
+
+
+def test_yowasp_tools_run_through_the_wasm_stack_launcher(tmp_path):
+    """The flow's command for yosys is the yowasp script under wasm_stack.py, and it runs:
+    a real yosys reads and synthesizes a small design through it."""
+    cmd = tools.tool_command("yosys", ["-V"])
+    if os.path.basename(tools.tool_path("yosys")).startswith("yowasp-"):
+        assert cmd[-3].endswith("wasm_stack.py") and cmd[-2] == tools.tool_path("yosys")
+    (tmp_path / "t.v").write_text("module t(input [7:0] a, b, output [15:0] y);\n"
+                                  "assign y = a * b;\nendmodule\n")
+    r = Runner(tmp_path / "logs")
+    r.run("yosys-t", "yosys", ["-p", "read_verilog t.v; synth -top t; tee -q -o stat.txt stat"],
+          tmp_path)
+    assert "$_XOR_" in (tmp_path / "stat.txt").read_text()  # the product became gates

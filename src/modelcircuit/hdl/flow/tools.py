@@ -96,6 +96,23 @@ def tool_path(tool: str) -> str:
     return found
 
 
+def tool_command(tool: str, args: list[str]) -> list[str]:
+    """The command line that runs `tool args`: a yowasp console script through
+    wasm_stack.py (a larger WebAssembly stack: big designs exhaust the default one in
+    yosys's techmap), with the Python of its own first line; anything else as it is."""
+    path = tool_path(tool)
+    if os.path.basename(path).startswith("yowasp-"):
+        try:
+            with open(path, "rb") as f:
+                first = f.readline(4096).decode(errors="replace").strip()
+        except OSError:
+            first = ""
+        if first.startswith("#!") and "python" in first:
+            py = first[2:].strip().split()
+            return [*py, str(Path(__file__).with_name("wasm_stack.py")), path, *args]
+    return [path, *args]
+
+
 def tool_env() -> dict[str, str]:
     """Environment for Amaranth platform builds: YOSYS, NEXTPNR_*, ICEPACK, ECPPACK pointed at
     the yowasp binaries; OPENFPGALOADER set (the ULX3S platform requires it even when not
@@ -237,8 +254,9 @@ class Runner:
         log_path = self.logs / f"{step}.log"
         if not shell:
             warm_tool(tool, self.say)
-        cmd = ["sh", "-c", shell] if shell else [tool_path(tool), *args]
-        self.say(f"[{step}] running {os.path.basename(cmd[0]) if not shell else shell.split()[0]}")
+        cmd = ["sh", "-c", shell] if shell else tool_command(tool, args)
+        self.say(f"[{step}] running "
+                 f"{os.path.basename(tool_path(tool)) if not shell else shell.split()[0]}")
         t0 = time.monotonic()
         env = tool_env()
         try:
