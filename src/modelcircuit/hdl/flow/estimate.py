@@ -233,10 +233,13 @@ def flat_cost(layer: dict[str, Any], r: int) -> LayerCost:
     cw = ww + 1
     width, depth = c * m * cw, pixels * d
     bram = bram_for_geom(width, depth, layer.get("bram_geom", (16, 256)))
-    ff = 2 * c * wx + m * acc + n_out * acc + n_out * wo + 3 * depth.bit_length()
+    # the pixel twice, the ROM word and the products registered (issue 25), lane sums,
+    # accumulators, outputs, the control stages
+    ff = (2 * c * wx + width + c * m * acc + m * acc + n_out * acc + n_out * wo
+          + 5 * depth.bit_length())
     lut = max(0, c - 1) * m * acc + n_out * acc + 2 * n_out * wo + depth.bit_length() * 6 + 40
     return LayerCost(layer["node"], pixels * d, c * m, int(lut), max(1, wx * cw), int(ff),
-                     d + 4, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
+                     d + 6, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
 
 
 def csd_digits(w: np.ndarray) -> np.ndarray:

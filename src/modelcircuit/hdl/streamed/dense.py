@@ -27,8 +27,12 @@ class FlatDense(SUnit):
     coefficients are one word of a ROM (block RAM) per (pixel, group). Equivalent to a Dense
     at reuse pixels*d, without the two frame-wide registers (collect + fold input).
 
-    Pipeline after a pixel's fire at t: group s at t+1+s (ROM address), t+2+s (products, lane
-    sums), t+3+s (accumulate); outputs registered at t+d+3, pushed at t+d+4: lat = d + 4."""
+    Pipeline after a pixel's fire at t: group s at t+1+s (ROM address), t+2+s (the ROM word
+    registered), t+3+s (products registered), t+4+s (lane sums), t+5+s (accumulate);
+    outputs registered at t+d+5, pushed at t+d+6: lat = d + 6. The block RAM's output and
+    each product have a register of their own (issue 25: the encoder's classifier read the
+    ROM, multiplied in MULT18X18Ds and summed in one cycle, its critical path on ECP5 once
+    LayerNorm's was split: 29.85 ns, 33.5 MHz)."""
 
     def __init__(self, tin: Tok, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
                  tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
@@ -50,7 +54,7 @@ class FlatDense(SUnit):
                      [int(v) << (self.frac - tb.frac) for v in np.asarray(b).reshape(-1)])
         self.mod = acc.width + 1
         self.cw = max(int(np.abs(w).max()).bit_length() + 1 if w.size else 1, 2)
-        self.lat = self.d + 4
+        self.lat = self.d + 6
         self.multipliers = self.c * self.m
 
     @property
@@ -112,25 +116,41 @@ class FlatDense(SUnit):
         m.submodules.rom = rom
         rp = rom.read_port(domain="sync")
         m.d.comb += [rp.addr.eq(addr), rp.en.eq(en)]
-        # stage B: products and lane sums
-        act_b, first_b, last_b = (Signal(name=n) for n in ("act_b", "first_b", "last_b"))
-        s_b = Signal(range(max(2, d)), name="s_b", reset_less=True)
+        # stage B: the ROM word arrives; B1 registers it, B2 the products
+        ctl = [busy, addr < d, addr == depth - 1, s]  # act, first, last, group
+        shapes = [1, 1, 1, range(max(2, d))]
+
+        def stage(vals: list[Value], name: str) -> list[Signal]:
+            out = [Signal(sh, name=f"{n}_{name}") for sh, n in
+                   zip(shapes, ("act", "first", "last", "s"), strict=True)]
+            with m.If(en):
+                m.d.sync += [o.eq(v) for o, v in zip(out, vals, strict=True)]
+            return out
+
+        ctl_b = stage(ctl, "b")
         px_b = [Signal(shape_of(tx), name=f"pxb{i}", reset_less=True) for i in range(C)]
+        coef = Signal(self.cw * C * mm, name="coef", reset_less=True)
+        ctl_b1 = stage(ctl_b, "b1")
         with m.If(en):
-            m.d.sync += [act_b.eq(busy), first_b.eq(addr < d), last_b.eq(addr == depth - 1),
-                         s_b.eq(s)] + [px_b[i].eq(px[i]) for i in range(C)]
+            m.d.sync += [coef.eq(rp.data)] + [px_b[i].eq(px[i]) for i in range(C)]
+        prods = [Signal(_signed(self.mod), name=f"prod{k}", reset_less=True)
+                 for k in range(C * mm)]
+        ctl_b2 = stage(ctl_b1, "b2")
+        with m.If(en):
+            for j in range(mm):
+                for i in range(C):
+                    k = j * C + i
+                    cf = coef[k * self.cw:(k + 1) * self.cw].as_signed()
+                    m.d.sync += prods[k].eq(fit((px_b[i] * cf) << self.p_shift, self.mod,
+                                                True))
         sums = []
         for j in range(mm):
-            terms = []
-            for i in range(C):
-                k = j * C + i
-                coef = rp.data[k * self.cw:(k + 1) * self.cw].as_signed()
-                terms.append(fit((px_b[i] * coef) << self.p_shift, self.mod, True))
-            tot = terms[0]
-            for t_ in terms[1:]:
+            tot: Value = prods[j * C]
+            for t_ in prods[j * C + 1:(j + 1) * C]:
                 tot = fit(tot + t_, self.mod, True)
             sums.append(tot)
         # stage C: registered lane sums, accumulate into group s
+        act_b, first_b, last_b, s_b = ctl_b2
         act_c, first_c, last_c = (Signal(name=n) for n in ("act_c", "first_c", "last_c"))
         s_c = Signal(range(max(2, d)), name="s_c", reset_less=True)
         sum_c = [Signal(_signed(self.mod), name=f"sum{j}", reset_less=True) for j in range(mm)]
