@@ -186,7 +186,7 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
                     "acc": accw + 1})
         shp = g.tensor(n.inputs[0]).shape
         if flat is None and n.op == Op.DENSE and len(shp) >= 2 and int(np.prod(shp[:-1])) > 1:
-            from ..streamed.lower import is_streamed
+            from ..streamed.kind import is_streamed
 
             if is_streamed(g):  # a Dense per token: its lanes beyond the DSPs are booth logic
                 out[-1]["soft_cw"] = coef_width(w)
@@ -216,7 +216,7 @@ def _recurrent_layer(g: Any, n: Any) -> dict[str, Any]:
 def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
     """(pixels, channels) when a streamed model's Dense takes a Flatten of a frame pixel by
     pixel (hdl/streamed/dense.py FlatDense), else None."""
-    from ..streamed.lower import flat_source
+    from ..streamed.kind import flat_source
 
     return flat_source(g, n)
 

@@ -264,7 +264,7 @@ def fit_reuse(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float |
     if not fx.layers:
         return fx.empty()
     search = _Search(compiled, fx.layers)
-    from ..streamed.lower import is_streamed
+    from ..streamed.kind import is_streamed
 
     if is_streamed(compiled.graph):  # frame time decides a streamed plan
         from .stream_fit import fit_streamed
@@ -338,7 +338,7 @@ def check_plan(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[str, in
     # the least (multipliers in logic at their least cost)
     fp = fx.plan(plan) if plan else fx.empty(fx.overhead)
     low = fx.plan(plan, least=True).estimate if plan else fp.estimate
-    from ..streamed.lower import is_streamed
+    from ..streamed.kind import is_streamed
 
     if plan and is_streamed(compiled.graph):  # + windows, line buffers, FIFOs
         from .stream_fit import check_streamed

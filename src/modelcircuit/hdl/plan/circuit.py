@@ -113,7 +113,7 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
 
     for order, (name, a, b, n) in enumerate(fixed_products(g, plan.reuse)):
         wants.append((-max(a, b), 0, order, name, n, dsp_blocks(a, b)))
-    from ..streamed.lower import flat_source
+    from ..streamed.kind import flat_source
 
     for order, nd in enumerate(g.nodes):
         r = plan.reuse.get(nd.name, 1)

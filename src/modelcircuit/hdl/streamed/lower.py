@@ -33,7 +33,6 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ir import Graph, Node, Tensor
 from ...graphs.ops import (
-    RECURRENT,
     SPATIAL,
     AvgPoolAttrs,
     ConcatAttrs,
@@ -55,7 +54,7 @@ from ..units.dense import Dense
 from ..units.elementwise import Elementwise
 from ..vector.lower import LOWERING as VECTOR_LOWERING
 from ..vector.lower import Options, lower_node
-from .attention import lower_attention, lower_layer_norm, streams_tokens
+from .attention import lower_attention, lower_layer_norm
 from .dense import FlatDense, conv_weights
 from .depthwise import depthwise_unit, is_depthwise
 from .recurrent import RecurrentUnit, SelectUnit
@@ -71,24 +70,6 @@ from .units import (
     WindowMax,
     WindowUnit,
 )
-
-
-def is_streamed(g: Graph) -> bool:
-    """A model with a spatial op streams its input pixel by pixel (cnn_ir.md); a recurrent
-    model its sequence step by step (one (F,) token per time step)."""
-    return any(n.op in SPATIAL or n.op in RECURRENT or streams_tokens(g, n) for n in g.nodes)
-
-
-def flat_source(g: Graph, n: Node) -> tuple[int, int] | None:
-    """(pixels, channels) when a streamed model's Dense takes a Flatten of a frame pixel by
-    pixel (`FlatDense`, hdl/streamed/dense.py), else None."""
-    if n.op != Op.DENSE or not is_streamed(g):
-        return None
-    p = g.producer(n.inputs[0])
-    if p is None or p.op != Op.RESHAPE or len(g.consumers(n.inputs[0])) != 1:
-        return None
-    shp = g.tensor(p.inputs[0]).shape
-    return (int(np.prod(shp[:-1])), int(shp[-1])) if len(shp) >= 2 else None
 
 
 def _t(g: Graph, name: str, node: Node | None = None) -> FixedType:

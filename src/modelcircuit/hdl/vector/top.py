@@ -325,7 +325,8 @@ def plan_top(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = 
 
 
 def _design(compiled: CompiledGraph, plan: CircuitPlan) -> Any:
-    from ..streamed.lower import StreamModel, is_streamed
+    from ..streamed.kind import is_streamed
+    from ..streamed.lower import StreamModel
 
     if is_streamed(compiled.graph):
         return StreamModel(compiled, plan)
