@@ -190,6 +190,8 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
 
             if is_streamed(g):  # a Dense per token: its lanes beyond the DSPs are booth logic
                 out[-1]["soft_cw"] = coef_width(w)
+        if n.op == Op.CONV:  # its fold reads the window register in place (held)
+            out[-1]["held"] = True
         if n.op == Op.CONV:  # depthwise: one lane per channel (depthwise_cost)
             dw = depthwise_shape(compiled, n)
             if dw is not None:
@@ -287,21 +289,27 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
         bram = 0
         rom = width * max(1, -(-depth // 16)) * (1 if depth <= 16 else 2)
     tree = max(0, lanes - f.m) * acc
+    # the input: a ring of r_in chunks (a load mux per bit), or, where the window register
+    # holds x (hdl/units/dense.Dense.hold_input), the chunk selected from it (an r_in:1 mux,
+    # about one LUT4 per two inputs with the slices' PFUMX)
+    held = bool(layer.get("held")) and f.r_in > 1
+    ring = f.c * wx if held else f.r_in * f.c * wx
+    ring_lut = f.c * wx * max(1, f.r_in // 2) if held else f.r_in * f.c * wx
     if lean:
         # "area" schedule: input rotation (a mux per bit), one product register per lane,
         # the accumulators (carry chain), the requantization per lane and the output
         # registers; no extra coefficient/chunk/product registers
         pw = wx + cw
-        ff = f.r_in * f.c * wx + f.c * wx + lanes * pw + f.m * acc + n_out * wo
+        ff = ring + f.c * wx + lanes * pw + f.m * acc + n_out * wo
         if bram and SCHEDULES["area"].bram_reg:  # the read and the chunk once more (an
             ff += width + f.c * wx  # upper bound for "latency", which has no bram_reg)
-        lut = rom + tree + f.r_in * f.c * wx + 2 * f.m * acc + n_out * wo + 60
+        lut = rom + tree + ring_lut + 2 * f.m * acc + n_out * wo + 60
         return LayerCost(layer["node"], r, mults, int(lut), max(1, 2 * wx * scw), int(ff),
                          depth + LEAN_FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * scw // 2))
     accum = f.m * acc * 2 + n_out * wo
     lut = rom + tree + accum + depth.bit_length() * 6
     levels = max(1, math.ceil(math.log2(max(2, f.c))))
-    ff = (f.r_in * f.c * wx + 3 * f.c * wx + (2 if bram else 3) * width + 2 * lanes * acc
+    ff = (ring + 3 * f.c * wx + (2 if bram else 3) * width + 2 * lanes * acc
           + f.m * acc + n_out * wo + (levels // 2) * lanes * acc)
     return LayerCost(layer["node"], r, mults, int(lut), max(1, wx * scw), int(ff),
                      depth + FOLD_STAGES, int(bram), lut_per_mul_min=max(1, wx * scw // 2))
@@ -347,10 +355,10 @@ def depthwise_cost(layer: dict[str, Any], r: int, lean: bool = False,
 
 
 def _fold_cost(layer: dict[str, Any], kk: int, cout: int, r: int, lean: bool) -> LayerCost:
-    """DepthwiseFold (hdl/streamed/depthwise.py) at reuse r: L lanes of G channels, each a
-    shift register of its S = G*kk window codes (a load mux per bit), one product, a
-    coefficient ROM of S words, the bias selection, an accumulator and the requantization;
-    one output register per channel."""
+    """DepthwiseFold (hdl/streamed/depthwise.py) at reuse r: L lanes of G channels, each an
+    S:1 multiplexer (S = G*kk) over the held window (about a LUT4 per two inputs, no
+    flip-flops), one product, a coefficient ROM of S words, the bias selection, an
+    accumulator and the requantization; one output register per channel."""
     g = max(1, min(cout, r // kk))
     lanes = -(-cout // g)
     g = -(-cout // lanes)
@@ -361,9 +369,9 @@ def _fold_cost(layer: dict[str, Any], kk: int, cout: int, r: int, lean: bool) ->
         bram, rom = lanes * bram_for_geom(cw, steps, layer.get("bram_geom", (36, 512))), 0
     else:
         bram, rom = 0, lanes * cw * -(-steps // 16) * (1 if steps <= 16 else 2)
-    shift = lanes * steps * wx
-    lut = rom + shift + lanes * (acc * (3 + g // 3)) + cout * wo // 2 + 40
-    ff = shift + lanes * (2 * wx + cw + 3 * acc) + cout * wo + 4 * steps.bit_length()
+    mux = lanes * steps * wx // 2
+    lut = rom + mux + lanes * (acc * (3 + g // 3)) + cout * wo // 2 + 40
+    ff = lanes * (2 * wx + cw + 3 * acc) + cout * wo + 4 * steps.bit_length()
     return LayerCost(layer["node"], r, lanes, int(lut), max(1, wx * cw), int(ff), steps + 3,
                      int(bram), lut_per_mul_min=max(1, wx * cw // 2))
 

@@ -11,8 +11,9 @@ T0, the busiest unit at reuse 1, and the first T whose estimate fits the device'
 
 The streamed memories are counted from the design itself (`stream_memories`, the exact
 depths of hdl/streamed/top.py `schedule` for the plan): line buffers (kh - 1 per window unit,
-padded width deep), Resize row buffers, and every FIFO (depth >= BUFFERED_MIN_DEPTH: block
-RAM, else distributed RAM in LUTs), each packed into the family's block RAM configurations
+padded width deep), Resize row buffers (in LUT RAM where shallower than the family's
+`lutram_depth`), and every FIFO (depth >= BUFFERED_MIN_DEPTH: block RAM, else distributed
+RAM in LUTs), each packed into the family's block RAM configurations
 (`bram_tiles`: DP16KD 512x36 .. 16384x1 on ECP5, SB_RAM40_4K 256x16 .. 2048x2 on iCE40).
 
 FIFOs are the one memory a plan cannot shrink (their depth is the structural lag of a skip
@@ -70,14 +71,15 @@ def stream_memories(design: Any, timing: Any, family_name: str,
                for name, _, _ in design.units}
     for ui, (name, u, srcs) in enumerate(design.units):
         if isinstance(u, WindowUnit) and u.geo.kh > 1:
-            wdt = u.ins[0].width
+            wdt, blk = u.ins[0].width, u.ram_style == "block"
             for _ in range(u.geo.kh - 1):
-                mems.append(StreamMem("line buffer", name, node_of[name], wdt, u.geo.wp, True,
-                                      bram_tiles(wdt, u.geo.wp, family_name, geom)))
+                mems.append(StreamMem("line buffer", name, node_of[name], wdt, u.geo.wp, blk,
+                                      bram_tiles(wdt, u.geo.wp, family_name, geom)
+                                      if blk else 0))
         if isinstance(u, ResizeUnit) and u.sh > 1:
-            wdt = u.ins[0].width
-            mems.append(StreamMem("row buffer", name, node_of[name], wdt, u.w, True,
-                                  bram_tiles(wdt, u.w, family_name, geom)))
+            wdt, blk = u.ins[0].width, u.ram_style == "block"
+            mems.append(StreamMem("row buffer", name, node_of[name], wdt, u.w, blk,
+                                  bram_tiles(wdt, u.w, family_name, geom) if blk else 0))
         for k, s in enumerate(srcs if timing is not None else ()):
             tok = design.input if s == INPUT else design.units[s][1].out
             depth = int(timing.fifo_depth[(ui, k)])
@@ -116,9 +118,9 @@ def glue_cost(design: Any, mems: list[StreamMem]) -> tuple[int, int]:
         elif isinstance(u, CollectUnit):
             ff += u.pixels * u.ins[0].width
     for m in mems:
-        if m.kind == "fifo" and not m.block:
+        if not m.block:  # LUT RAM; a line or row buffer's read registered
             lut += 2 * -(-m.width // 4) * -(-m.depth // 16) + 8
-            ff += m.width if m.depth > 1 else 0
+            ff += m.width if m.depth > 1 or m.kind != "fifo" else 0
         elif m.kind == "fifo":
             ff += m.width + 2 * int(m.depth).bit_length()
     return lut, ff

@@ -57,6 +57,10 @@ class Schedule:
     # to LUTs ("fmax": an ECP5 block RAM's clock-to-out, 5.8 ns, alone is most of a
     # 150 MHz cycle; a LUT ROM costs about a LUT4 per 16 words per bit)
     rom_bram_depth: int = 16
+    # streamed line and row buffers shallower than this go to LUT RAM, deeper ones (and all
+    # where 0: iCE40 has none) to block RAM (the family's "lutram_depth"; an 8-bit
+    # ResNet-8's 10-deep, 512-bit line buffers took 15 DP16KD each on an ECP5, 8 % full)
+    lutram_depth: int = 0
     # lean folds whose coefficient ROM is a block RAM: its read registered once more and
     # the products registered before the tree ("area", iCE40: the digits MLP's clock was set
     # by an SB_RAM40's clock-to-out, 4 ns of routing, a logic product and the accumulator
@@ -122,15 +126,20 @@ def default_schedule(profile: str | None) -> str:
     return family_schedule(p.get("family")) if p is not None else "latency"
 
 
-def _soft_width(profile: str | None) -> int:
-    """The profile's FPGA family's widest logic-built product operand (0: none / no FPGA)."""
+def _family_int(profile: str | None, key: str) -> int:
+    """An integer of the profile's FPGA family (0: absent / no FPGA)."""
     p = fpga_profile_of(profile)
     if p is None:
         return 0
     from ...graphs.profiles import fpga_families
 
     fam = fpga_families().get(p.get("family") or "", {})
-    return int(fam.get("soft_multiplier_max_width", 0))
+    return int(fam.get(key, 0))
+
+
+def _soft_width(profile: str | None) -> int:
+    """The profile's FPGA family's widest logic-built product operand (0: none / no FPGA)."""
+    return _family_int(profile, "soft_multiplier_max_width")
 
 
 def resolve_schedule(compiled: CompiledGraph, name: str | None, adder_levels: int | None
@@ -145,6 +154,9 @@ def resolve_schedule(compiled: CompiledGraph, name: str | None, adder_levels: in
     soft = _soft_width(compiled.profile)
     if soft:
         sched = dataclasses.replace(sched, soft_width=soft)
+    lutram = _family_int(compiled.profile, "lutram_depth")
+    if lutram:
+        sched = dataclasses.replace(sched, lutram_depth=lutram)
     if adder_levels is None:
         adder_levels = sched.adder_levels
     if isinstance(adder_levels, bool) or not isinstance(adder_levels, int) or adder_levels < 1:

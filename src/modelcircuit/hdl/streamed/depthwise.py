@@ -103,6 +103,11 @@ class DepthwiseDense(Unit):
         self.multipliers = sum(d.multipliers for d in self.chans)
         self.shifts = sum(d.shifts for d in self.chans)
 
+    def hold_input(self) -> None:
+        """x0 held for ii cycles (hdl/units/dense.Dense.hold_input): so for each channel."""
+        for d in self.chans:
+            d.hold_input()
+
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "kind": "depthwise", "lanes": self.cout,
                 "taps": self.kk}
@@ -370,7 +375,8 @@ def depthwise_unit(geo: Geometry, tok: Tok, w4: np.ndarray, tw: FixedType,
     else:
         inner = DepthwiseDense(tok.t, geo.c, w4, tw, b, tb, tout, acc, relu_, reuse,
                                adder_levels, schedule, strategy)
-    return WindowUnit(geo, tok.t, inner, tout, inner.cout, 0)
+    return WindowUnit(geo, tok.t, inner, tout, inner.cout, 0,
+                      schedule.lutram_depth if schedule is not None else 0)
 
 
 __all__ += ["depthwise_unit", "is_folded"]

@@ -214,8 +214,8 @@ def _window(lw: _Lowering, node: Node, inst: str) -> None:
     if (geo.ho * geo.wo, cout) != (int(np.prod(oshape[:-1])), oshape[-1]):
         raise HdlError(f"{where}: output shape {list(oshape)} does not match the "
                        f"window ({geo.ho}x{geo.wo}x{cout})")
-    lw.add(inst, node, WindowUnit(geo, tx, inner, tout, cout, pad), [s], True,
-           reuse=int(opt.reuse.get(node.name, 1)))
+    lw.add(inst, node, WindowUnit(geo, tx, inner, tout, cout, pad, opt.schedule.lutram_depth),
+           [s], True, reuse=int(opt.reuse.get(node.name, 1)))
 
 
 def _resize(lw: _Lowering, node: Node, inst: str) -> None:
@@ -231,7 +231,8 @@ def _resize(lw: _Lowering, node: Node, inst: str) -> None:
     h, w_, sh, sw = (1, ishape[0], 1, sc[0]) if len(sc) == 1 else \
         (ishape[0], ishape[1], sc[0], sc[1])
     tx, tout = _t(g, acts[0], node), _t(g, out, node)
-    u = lw.add(inst, node, ResizeUnit(tx, h, w_, ishape[-1], sh, sw), [s], True)
+    u = lw.add(inst, node, ResizeUnit(tx, h, w_, ishape[-1], sh, sw,
+                                      lw.opt.schedule.lutram_depth), [s], True)
     if tout != tx:
         tk = d.units[u][1].out
         lw.add(inst + "_rq", node, MapUnit(_requant_unit(tx, tout, tk.elements), [tk],

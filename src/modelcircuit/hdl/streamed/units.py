@@ -194,6 +194,12 @@ class MapUnit(SUnit):
 
 
 # -- windows -------------------------------------------------------------------------------
+def ram_style(depth: int, lutram_depth: int) -> str:
+    """A line or row buffer's memory: LUT RAM when shallower than the family's
+    `lutram_depth` (hdl/plan/schedule.Schedule.lutram_depth; 0: none), else block RAM."""
+    return "distributed" if depth < lutram_depth else "block"
+
+
 @dataclass(frozen=True)
 class Geometry:
     """A sliding window over an (H, W, C) frame: kernel, strides, pads (top, left, bottom,
@@ -251,12 +257,18 @@ class WindowUnit(SUnit):
     completes a window occupies the inner unit's II. Latency: 2 + the inner unit's."""
 
     def __init__(self, geo: Geometry, tin: FixedType, inner: Unit, tout: FixedType,
-                 cout: int, pad_code: int = 0):
+                 cout: int, pad_code: int = 0, lutram_depth: int = 0):
         super().__init__([Tok(tin, geo.c, geo.h * geo.w)], Tok(tout, cout, geo.ho * geo.wo))
         self.geo, self.tin, self.inner, self.pad_code = geo, tin, inner, int(pad_code)
+        self.ram_style = ram_style(geo.wp, lutram_depth)
         if inner.in_specs[0][1] != geo.kh * geo.kw * geo.c:
             raise HdlError("window unit: the inner unit's input does not match the window")
         self.lat = 2 + inner.latency
+        # the window register holds a window for the inner unit's II (the next fire comes
+        # no sooner; the shift lands the cycle after it): a folded inner reads it in place
+        hold = getattr(inner, "hold_input", None)
+        if hold is not None:
+            hold()
 
     @property
     def max_dur(self) -> int:
@@ -276,7 +288,8 @@ class WindowUnit(SUnit):
              "window": {"frame": [g.h, g.w, g.c], "kernel": [g.kh, g.kw],
                         "strides": [g.sh, g.sw], "pads": list(g.pads),
                         "out": [g.ho, g.wo, self.out.elements]},
-             "line_buffers": {"count": g.kh - 1, "depth": g.wp, "width": self.ins[0].width}}
+             "line_buffers": {"count": g.kh - 1, "depth": g.wp, "width": self.ins[0].width,
+                              "style": self.ram_style}}
         return d
 
     def elaborate(self, platform: object) -> Module:
@@ -315,7 +328,7 @@ class WindowUnit(SUnit):
         rd: list[Value] = []
         for k in range(g.kh - 1):  # lb k holds row r-1-k
             mem = Memory(shape=self.ins[0].width, depth=g.wp, init=[],
-                         attrs={"ram_style": "block"})
+                         attrs={"ram_style": self.ram_style})
             m.submodules[f"lb{k}"] = mem
             wp = mem.write_port()
             # the write (column s1_c, the cycle after a fire) never meets the read (column
@@ -410,9 +423,11 @@ class ResizeUnit(SUnit):
     sw times in a row; a row buffer (block RAM) replays each input row sh - 1 more times.
     Latency 1."""
 
-    def __init__(self, t: FixedType, h: int, w: int, c: int, sh: int, sw: int):
+    def __init__(self, t: FixedType, h: int, w: int, c: int, sh: int, sw: int,
+                 lutram_depth: int = 0):
         super().__init__([Tok(t, c, h * w)], Tok(t, c, h * w * sh * sw))
         self.h, self.w, self.c, self.sh, self.sw = h, w, c, sh, sw
+        self.ram_style = ram_style(w, lutram_depth)
         self.lat = 1
 
     def steps(self) -> Iterator[Step]:
@@ -424,7 +439,8 @@ class ResizeUnit(SUnit):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "scales": [self.sh, self.sw],
-                "row_buffer": {"depth": self.w, "width": self.ins[0].width}}
+                "row_buffer": {"depth": self.w, "width": self.ins[0].width,
+                               "style": self.ram_style}}
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -454,7 +470,8 @@ class ResizeUnit(SUnit):
         with m.If(fire & need):
             m.d.sync += hold.eq(port.payload)
         if self.sh > 1:
-            mem = Memory(shape=width, depth=self.w, init=[], attrs={"ram_style": "block"})
+            mem = Memory(shape=width, depth=self.w, init=[],
+                         attrs={"ram_style": self.ram_style})
             m.submodules.row = mem
             wp, rp = mem.write_port(), mem.read_port(domain="sync")
             m.d.comb += [wp.addr.eq(c), wp.data.eq(port.payload), wp.en.eq(fire & need),

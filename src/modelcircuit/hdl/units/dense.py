@@ -164,6 +164,7 @@ class Dense(Unit):
         self.bias = ([0] * self.n_out if b is None else
                      [int(v) << (self.frac - tb.frac) for v in np.asarray(b).reshape(-1)])
         self.mod = acc.width + 1
+        self.x_held = False
         self.reuse = int(reuse)
         self.ii = self.reuse
         rq = [self.pipe.requant_levels] * 2  # rounding, overflow + ReLU
@@ -172,6 +173,12 @@ class Dense(Unit):
 
     def _plan(self, w: np.ndarray, rq: list[int]) -> None:
         raise NotImplementedError
+
+    def hold_input(self) -> None:
+        """Told by a unit that keeps x0 as it was at `start` for ii enabled cycles (the
+        window register of hdl/streamed/units.WindowUnit): a fold then reads its chunks
+        from x0 and needs no copy of it."""
+        self.x_held = True
 
     def describe(self) -> dict[str, object]:
         d = super().describe()

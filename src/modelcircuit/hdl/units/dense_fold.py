@@ -51,6 +51,7 @@ class FoldStages:
     pipe: Schedule
     en: Signal
     start: Signal
+    x_held: bool  # Dense.hold_input
 
     def _plan_slices(self, has_mul: bool) -> int:
         """Which multiplier lanes are built as coefficient slices, and how (part of
@@ -100,17 +101,40 @@ class FoldStages:
         x = self.inputs()
         n = f.r_in * f.c
         en = self.en
-        sr = [Signal(shape_of(self.tx), name=f"sr{i}", reset_less=True) for i in range(n)]
         k = Signal(range(max(2, f.r_in)), name="k")
         g = Signal(range(max(2, f.r_out)), name="g")
         s = Signal(range(max(2, f.steps)), name="s")
         run = Signal(name="run")
+        if self.x_held and f.r_in > 1:
+            # the holder keeps x as it was at start for ii >= steps enabled cycles
+            # (WindowUnit: its window register): chunk k is selected from x a cycle ahead
+            # into c registers, rather than x copied into a ring of n (an 8-bit ResNet-8's
+            # 3x3x64 windows: 4,608 flip-flops and a load mux per bit, per convolution)
+            sr = [Signal(shape_of(self.tx), name=f"xk{i}", reset_less=True)
+                  for i in range(f.c)]
+            nxt = Signal(range(max(2, f.r_in)), name="k_next")
+            sel = Mux(self.start, 0, nxt)
+            with m.If(en):
+                m.d.sync += nxt.eq(Mux(sel == f.r_in - 1, 0, sel + 1))
+                with m.Switch(sel):
+                    for ch in range(f.r_in):
+                        with m.Case(ch):
+                            m.d.sync += [sr[i].eq(x[ch * f.c + i]) for i in range(f.c)
+                                         if ch * f.c + i < self.n_in]
+                            m.d.sync += [sr[i].eq(0) for i in range(f.c)
+                                         if ch * f.c + i >= self.n_in]
+        else:
+            sr = [Signal(shape_of(self.tx), name=f"sr{i}", reset_less=True)
+                  for i in range(n)]
+            with m.If(en):
+                with m.If(self.start):
+                    m.d.sync += [sr[i].eq(x[i] if i < self.n_in else 0) for i in range(n)]
+                with m.Else():
+                    m.d.sync += [sr[i].eq(sr[(i + f.c) % n]) for i in range(n)]
         with m.If(en):
             with m.If(self.start):
-                m.d.sync += [sr[i].eq(x[i] if i < self.n_in else 0) for i in range(n)]
                 m.d.sync += [k.eq(0), g.eq(0), s.eq(0), run.eq(1)]
             with m.Else():
-                m.d.sync += [sr[i].eq(sr[(i + f.c) % n]) for i in range(n)]
                 with m.If(run):
                     m.d.sync += [k.eq(k + 1), s.eq(s + 1)]
                     with m.If(k == f.r_in - 1):
