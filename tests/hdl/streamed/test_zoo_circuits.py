@@ -25,8 +25,14 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _kinds(info: dict) -> list[str]:
-    """Per layer: its inner unit's kind (a window's), else its own."""
-    return [str(lay.get("inner", {}).get("kind") or lay.get("kind", "")) for lay in info["layers"]]
+    """Per layer: its inner unit's kind (a window's), else its own; and the kind of the unit
+    chained after a window's inner unit (a quantizer that alone reads a Conv)."""
+    out = []
+    for lay in info["layers"]:
+        out.append(str(lay.get("inner", {}).get("kind") or lay.get("kind", "")))
+        if "then" in lay:
+            out.append(str(lay["then"]["kind"]))
+    return out
 
 
 @pytest.mark.parametrize("name,reuse", [("dscnn_q8", 9), ("resnet8_q8", 36)])
@@ -43,6 +49,21 @@ def test_zoo_plans_stream_with_searches(name, reuse) -> None:
     if name == "dscnn_q8":  # 4 depthwise 3x3 layers and the global one (the average pool)
         assert kinds.count("depthwise") == 4 and kinds.count("global depthwise") == 1
     assert info["ii"] >= 1 and info["latency"] > 0
+
+
+@pytest.mark.parametrize("name", ["dscnn_q8", "resnet8_q8"])
+def test_zoo_quantizers_chain_into_folded_convs(name) -> None:
+    """A quantizer no slower than the folded Conv it alone reads runs in that Conv's window
+    unit (ChainUnit): no stream unit and no FIFO of accumulator tokens between them."""
+    c = compile(mc.load_onnx(str(ZOO / f"{name}.onnx")))
+    info = plan_top(c, 288)
+    n_thr = sum(1 for n in c.graph.nodes if str(n.op) == "Threshold")
+    kinds = _kinds(info)
+    assert sum(k.startswith(("threshold search", "threshold multiply")) for k in kinds) == n_thr
+    chained = [lay for lay in info["layers"] if "then" in lay]
+    assert chained and all(lay["inner"]["then"]["ii"] <= lay["inner"]["ii"] for lay in chained)
+    fed = {lay["node"] for lay in info["layers"]}
+    assert not fed & {lay["then"]["node"] for lay in chained}
 
 
 @pytest.mark.slow

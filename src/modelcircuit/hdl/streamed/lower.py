@@ -408,9 +408,32 @@ def _threshold(lw: _Lowering, node: Node, inst: str) -> None:
     budget = max([u.busy() for _, u, _ in lw.d.units] + [per]) // per
     unit = ThresholdFold(_t(g, node.inputs[0], node), c, thr, g.constants[node.inputs[2]],
                          g.constants[node.inputs[3]], tout, -(-c // max(1, budget)))
+    kind = (f"threshold multiply, {unit.lanes} lanes" if unit.multiply
+            else f"threshold search, {unit.levels} stages, {unit.lanes} lanes")
+    if _chain_into(lw, node, s, unit, kind):
+        return
     lw.add(inst, node, MapUnit(unit, [tok], Tok(tout, c, tok.per_frame)), [s], True,
-           kind=(f"threshold multiply, {unit.lanes} lanes" if unit.multiply
-                 else f"threshold search, {unit.levels} stages, {unit.lanes} lanes"))
+           kind=kind)
+
+
+def _chain_into(lw: _Lowering, node: Node, s: int, unit: Any, kind: str) -> bool:
+    """`unit` (node's circuit) after the inner unit of window unit s, where node alone reads
+    that window's output and is no slower than it (ChainUnit, hdl/streamed/units.py): no
+    FIFO of the wide accumulator tokens and no stream unit between them."""
+    g, d = lw.g, lw.d
+    x = node.inputs[0]
+    if s == INPUT or x in g.outputs or len(g.consumers(x)) != 1:
+        return False
+    name, win, srcs = d.units[s]
+    if (not isinstance(win, WindowUnit) or unit.ii > max(1, win.inner.ii)
+            or any(s in ss for _, _, ss in d.units)):
+        return False
+    fused = win.then(unit)
+    d.units[s] = (name, fused, srcs)
+    d.meta[name] = {**d.meta[name], "then": {"node": node.name, "op": str(node.op),
+                                              "kind": kind}}
+    lw.src[node.outputs[0]] = (s, fused.out, True)
+    return True
 
 
 def _vector(lw: _Lowering, node: Node, inst: str) -> None:

@@ -55,6 +55,36 @@ from ..units.arith import requantize
 from ..units.base import Planned, Unit, circuit
 
 
+def delay_valid(m: Module, en: Value, v: Value, n: int, name: str,
+                gap: int = 1) -> Value:
+    """v delayed by n enabled cycles (reset registers: a valid bit). Where its pulses come
+    at least `gap` enabled cycles apart (a unit's II), at most ceil(n / gap) are in
+    flight: as many down-counters, loaded in turn, replace the n registers when they are
+    fewer flip-flops (issue 29: the folded convolutions of an 8-bit ResNet-8 spent 12.5k
+    of their 86.7k flip-flops on chains as long as their latency, up to 4,040, and the
+    longest made yosys's recursive cell sort exhaust its stack)."""
+    k = -(-n // max(1, gap))
+    if n > 4 and k * (n + 1).bit_length() + (k - 1).bit_length() < n:
+        cnt = [Signal(range(n + 1), name=f"{name}c{j}") for j in range(k)]
+        turn = Signal(range(max(2, k)), name=f"{name}_turn")
+        with m.If(en):
+            for j, c in enumerate(cnt):
+                with m.If(v & (turn == j)):
+                    m.d.sync += c.eq(n)
+                with m.Elif(c != 0):
+                    m.d.sync += c.eq(c - 1)
+            if k > 1:
+                with m.If(v):
+                    m.d.sync += turn.eq(Mux(turn == k - 1, 0, turn + 1))
+        return Cat(*(c == 1 for c in cnt)).any()
+    for i in range(n):
+        r = Signal(name=f"{name}{i}")
+        with m.If(en):
+            m.d.sync += r.eq(v)
+        v = r
+    return v
+
+
 @dataclass(frozen=True)
 class Tok:
     """A stream's token: `elements` codes of type `t`; `per_frame` tokens make a frame."""
@@ -131,32 +161,8 @@ class SUnit(Planned):
         return fire
 
     def _delay(self, m: Module, v: Value, n: int, name: str, gap: int = 1) -> Value:
-        """v delayed by n enabled cycles (reset registers: a valid bit). Where its pulses come
-        at least `gap` enabled cycles apart (a unit's II), at most ceil(n / gap) are in
-        flight: as many down-counters, loaded in turn, replace the n registers when they are
-        fewer flip-flops (issue 29: the folded convolutions of an 8-bit ResNet-8 spent 12.5k
-        of their 86.7k flip-flops on chains as long as their latency, up to 4,040, and the
-        longest made yosys's recursive cell sort exhaust its stack)."""
-        k = -(-n // max(1, gap))
-        if n > 4 and k * (n + 1).bit_length() + (k - 1).bit_length() < n:
-            cnt = [Signal(range(n + 1), name=f"{name}c{j}") for j in range(k)]
-            turn = Signal(range(max(2, k)), name=f"{name}_turn")
-            with m.If(self.en):
-                for j, c in enumerate(cnt):
-                    with m.If(v & (turn == j)):
-                        m.d.sync += c.eq(n)
-                    with m.Elif(c != 0):
-                        m.d.sync += c.eq(c - 1)
-                if k > 1:
-                    with m.If(v):
-                        m.d.sync += turn.eq(Mux(turn == k - 1, 0, turn + 1))
-            return Cat(*(c == 1 for c in cnt)).any()
-        for i in range(n):
-            r = Signal(name=f"{name}{i}")
-            with m.If(self.en):
-                m.d.sync += r.eq(v)
-            v = r
-        return v
+        """v delayed by n enabled cycles (`delay_valid` with the unit's en)."""
+        return delay_valid(m, self.en, v, n, name, gap)
 
 
 class MapUnit(SUnit):
@@ -190,6 +196,49 @@ class MapUnit(SUnit):
             m.d.comb += getattr(u, f"x{k}").eq(self._port(k).payload)
         m.d.comb += [self.y.eq(u.y), self.push.eq(self.en & self._delay(m, fire, self.lat, "v",
                                                                   max(1, u.ii)))]
+        return m
+
+
+class ChainUnit(Unit):
+    """Two whole-token units back to back: `b` starts on `a`'s result (`a.latency` enabled
+    cycles after `a` starts) and reads `a.y`. A window unit's inner unit: a Conv and the
+    quantizer that alone reads it (lower.py `_threshold`), without the FIFO and the stream
+    unit between them (an 8-bit DS-CNN: 2-deep FIFOs of 1,216-1,344-bit accumulator tokens
+    after each of its 9 convolutions, in LUT RAM). II: the slower of the two (b keeps its
+    own copy of its input where it folds: a's output changes no sooner than II later);
+    latency: the sum."""
+
+    def __init__(self, a: Unit, b: Unit):
+        if (a.out_spec[0].width, a.out_spec[1]) != (b.in_specs[0][0].width,
+                                                    b.in_specs[0][1]):
+            raise HdlError(f"chain: {a.out_spec} does not feed {b.in_specs[0]}")
+        super().__init__(a.in_specs, b.out_spec)
+        self.a, self.b = a, b
+        self.latency = a.latency + b.latency
+        self.ii = max(a.ii, b.ii)
+        self.reuse = a.reuse
+        self.multipliers = a.multipliers + b.multipliers
+        self.shifts = a.shifts + b.shifts
+
+    def hold_input(self) -> None:
+        hold = getattr(self.a, "hold_input", None)
+        if hold is not None:
+            hold()
+
+    def describe(self) -> dict[str, object]:
+        return {**self.a.describe(), "latency": self.latency, "ii": self.ii,
+                "multipliers": self.multipliers, "shifts": self.shifts,
+                "then": self.b.describe()}
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        a, b = self.a, self.b
+        m.submodules.a, m.submodules.b = circuit(a), circuit(b)
+        m.d.comb += [a.en.eq(self.en), b.en.eq(self.en), a.start.eq(self.start),
+                     a.x0.eq(self.x0), b.x0.eq(a.y),
+                     b.start.eq(delay_valid(m, self.en, self.start, a.latency, "bs",
+                                            max(1, self.ii))),
+                     self.y.eq(b.y)]
         return m
 
 
@@ -260,6 +309,7 @@ class WindowUnit(SUnit):
                  cout: int, pad_code: int = 0, lutram_depth: int = 0):
         super().__init__([Tok(tin, geo.c, geo.h * geo.w)], Tok(tout, cout, geo.ho * geo.wo))
         self.geo, self.tin, self.inner, self.pad_code = geo, tin, inner, int(pad_code)
+        self.lutram_depth = lutram_depth
         self.ram_style = ram_style(geo.wp, lutram_depth)
         if inner.in_specs[0][1] != geo.kh * geo.kw * geo.c:
             raise HdlError("window unit: the inner unit's input does not match the window")
@@ -273,6 +323,11 @@ class WindowUnit(SUnit):
     @property
     def max_dur(self) -> int:
         return max(1, self.inner.ii)
+
+    def then(self, b: Unit) -> WindowUnit:
+        """The same window with `b` after its inner unit (ChainUnit)."""
+        return WindowUnit(self.geo, self.tin, ChainUnit(self.inner, b), b.out_spec[0],
+                          b.out_spec[1], self.pad_code, self.lutram_depth)
 
     def steps(self) -> Iterator[Step]:
         g, ii = self.geo, max(1, self.inner.ii)
