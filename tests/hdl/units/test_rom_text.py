@@ -59,3 +59,41 @@ def test_outside_an_export_it_is_a_memory() -> None:
     assert netlist_text.active() is None
     il = rtlil.convert(_Top(), name="top", emit_src=False)
     assert "memrd" in il and "top__rom" not in il
+
+
+def test_masked_words_of_a_signed_rom_read_back_signed() -> None:
+    """Words given as their two's-complement bits (v & mask, as the depthwise fold writes
+    them) read back as the signed values, with no truncation warning from Amaranth."""
+    import warnings
+
+    from amaranth.hdl import Signal
+    from amaranth.sim import Simulator
+
+    words = [143, 5, 255, 0, 127, 128]  # signed(8): -113, 5, -1, 0, 127, -128
+    want = [w - 256 if w >= 128 else w for w in words]
+
+    class _R(wiring.Component):
+        def __init__(self) -> None:
+            super().__init__({"addr": In(3), "data": Out(signed(8))})
+
+        def elaborate(self, platform: object) -> Module:
+            m = Module()
+            m.d.comb += self.data.eq(rom(m, "r", signed(8), words, self.addr, Signal(init=1)))
+            return m
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dut = _R()
+        got: list[int] = []
+
+        async def bench(ctx) -> None:  # noqa: ANN001
+            for a in range(len(words)):
+                ctx.set(dut.addr, a)
+                await ctx.tick()
+                got.append(ctx.get(dut.data))
+
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
+        sim.add_testbench(bench)
+        sim.run()
+    assert got == want

@@ -55,6 +55,9 @@ def rom(m: Module, name: str, shape: Shape, words: list[int], addr: Value, en: V
     depth = len(words)
     cores = netlist_text.active()
     if cores is None:
+        if shape.signed:  # the same bits as signed values (Amaranth warns on 143 in signed(8))
+            top = 1 << (shape.width - 1)
+            words = [((w & (2 * top - 1)) ^ top) - top for w in words]
         mem = Memory(shape=shape, depth=depth, init=words)
         m.submodules[name] = mem
         rp = mem.read_port(domain="sync")
