@@ -77,9 +77,12 @@ def _units(reuse: int, lanes: int, seed: int = 0):
     return dense, thresh, (thr, steps, base)
 
 
-@pytest.mark.parametrize("reuse,lanes,stall", [(6, 2, 0.0), (6, 2, 0.3), (9, 1, 0.2),
-                                               (3, 1, 0.25)])
-def test_chain_equals_the_two_units_in_turn(reuse, lanes, stall) -> None:
+# (Dense reuse, quantizer lanes, stall probability, quantizer reads the Dense in place):
+# 6 -> 3 outputs at R 12 and 18 fold the outputs too (2 and 3 groups written R_in apart)
+@pytest.mark.parametrize("reuse,lanes,stall,in_place", [
+    (6, 2, 0.0, True), (6, 2, 0.3, True), (9, 1, 0.2, True), (12, 1, 0.3, True),
+    (18, 1, 0.25, True), (3, 1, 0.25, False), (3, 3, 0.2, True)])
+def test_chain_equals_the_two_units_in_turn(reuse, lanes, stall, in_place) -> None:
     dense, thresh, (thr, steps, base) = _units(reuse, lanes)
     rng = np.random.default_rng(reuse * 7 + lanes)
     xs = rng.integers(TX.qmin, TX.qmax + 1, size=(12, 6))
@@ -89,6 +92,7 @@ def test_chain_equals_the_two_units_in_turn(reuse, lanes, stall) -> None:
     w = TOUT.width
     want = want & ((1 << w) - 1)  # the circuit keeps W bits (unsigned output)
     chain = ChainUnit(dense(), thresh())
+    assert chain.b_in_place == in_place and chain.b.in_place == in_place
     assert chain.latency == a.latency + thresh().latency
     assert chain.ii == max(a.ii, thresh().ii)
     got = _run(chain, xs, stall, 2)

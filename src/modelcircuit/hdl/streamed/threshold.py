@@ -203,6 +203,16 @@ class ThresholdFold(Unit):
         self.ii = self.steps_
         self.latency = self.stages + self.steps_ + 2 + (0 if self.affine else 1)
         self.thresholds = int(thr.shape[1])
+        self.in_place = False  # read_in_place
+
+    def read_in_place(self) -> None:
+        """Told by a ChainUnit (hdl/streamed/units.py) that channel c of x0 stays as it was
+        at start until its step reads it (cycle start + 1 + c // lanes): no copy of x0."""
+        self.in_place = True
+
+    def read_cycle(self, c: int) -> int:
+        """Enabled cycles from start to the cycle channel c is read."""
+        return 1 + c // self.lanes
 
     @property
     def mode(self) -> str:
@@ -274,13 +284,15 @@ class ThresholdFold(Unit):
         en, L, P, n, t = self.en, self.levels, self.lanes, self.steps_, self.tin
         kw = self.key_width
         xs = self.inputs()
-        # the pixel, held while its n steps run
-        hold = [Signal(shape_of(t), name=f"h{c}", reset_less=True) for c in range(self.n)]
+        # the pixel, held while its n steps run (read in place where the chain keeps it)
+        hold: list[Value] = list(xs) if self.in_place else [
+            Signal(shape_of(t), name=f"h{c}", reset_less=True) for c in range(self.n)]
         run = Signal(name="run")
         j = Signal(range(max(2, n)), name="j")
         with m.If(en):
             with m.If(self.start):
-                m.d.sync += [h.eq(x) for h, x in zip(hold, xs, strict=True)]
+                if not self.in_place:
+                    m.d.sync += [h.eq(x) for h, x in zip(hold, xs, strict=True)]
                 m.d.sync += [run.eq(1), j.eq(0)]
             with m.Elif(run):
                 m.d.sync += j.eq(j + 1)
