@@ -57,3 +57,44 @@ def test_a_folded_window_dense_reads_the_held_window() -> None:
     assert folded and all(f.x_held for f in folded)
     others = [getattr(u, "unit", None) for _, u, _ in d.units if not isinstance(u, WindowUnit)]
     assert not any(isinstance(o, Dense) and o.x_held for o in others)
+
+
+def test_line_buffers_leave_lut_ram_to_the_fifos_when_it_runs_short() -> None:
+    """Every FIFO counted first (one 16x4 cell per 4 bits of its token), then line buffers in
+    design order while cells are left; none with no budget."""
+    from modelcircuit.hdl.streamed.lower import LUTRAM_MARGIN, budget_lut_ram, lutram_cells
+
+    cg = compile_graph(graph_2d(), precision="fixed<12,5>", profile="ecp5-85k")
+    fifo = None
+    for cells, want_block in ((10**6, 0), (0, 0), (None, "some"), (1, "all")):
+        d, _, wins = _windows(cg, REUSE_2D)
+        lbs = [u for u in wins if u.geo.kh > 1]
+        assert lbs and all(u.ram_style == "distributed" for u in lbs)
+        fifo = sum(-(-t.width // 4) for _, u, _ in d.units for t in u.ins) + \
+            -(-d.output.width // 4)
+        need = [(u.geo.kh - 1) * lutram_cells(u.ins[0].width, u.geo.wp) for u in lbs]
+        if cells is None:  # room for the first line buffer only
+            cells = -(-(fifo + need[0]) * 10 // int(LUTRAM_MARGIN * 10))
+        budget_lut_ram(d, cells)
+        styles = [u.ram_style for u in lbs]
+        if want_block == 0:
+            assert styles == ["distributed"] * len(lbs)
+        elif want_block == "all":
+            assert styles == ["block"] * len(lbs)
+        else:
+            assert styles[0] == "distributed" and "block" in styles[1:], styles
+
+
+def test_a_plan_over_the_lut_ram_is_refused_in_one_line(monkeypatch) -> None:
+    from modelcircuit.graphs import profiles
+    from modelcircuit.hdl.flow import fit_reuse, fpga_profile
+    from modelcircuit.hdl.flow.stream_fit import refusal
+
+    real = profiles.fpga_families()
+    fams = {**real, "ecp5": {**real["ecp5"], "lutram_cells_per_lut": 2e-5}}  # 1 cell
+    monkeypatch.setattr(profiles, "fpga_families", lambda: fams)
+    cg = compile_graph(graph_2d(), precision="fixed<12,5>", profile="ecp5-85k")
+    fp = fit_reuse(cg, fpga_profile("ecp5-85k"))
+    assert fp.stream["lutram"]["cells"] > fp.stream["lutram"]["budget"]
+    msg = refusal(cg, fp)
+    assert msg is not None and "LUT-RAM cells of 16x4" in msg and "\n" not in msg

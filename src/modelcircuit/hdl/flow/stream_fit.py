@@ -33,6 +33,7 @@ import numpy as np
 
 from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
+from ..plan.schedule import lutram_cells
 from .estimate import bram_tiles
 from .threshold_cost import threshold_costs, threshold_layers
 
@@ -280,6 +281,10 @@ def stream_block(compiled: CompiledGraph, plan: dict[str, int], family_name: str
                               "from": m.source, "tokens": m.depth, "token_bits": m.width,
                               "bram": m.bram} for m in big[:5]],
            "external": ext}
+    cap = lutram_cells(compiled.profile)
+    if cap:  # 16 x 4 LUT-RAM cells: shallow FIFOs, line and row buffers out of block RAM
+        blk["lutram"] = {"cells": sum(-(-m.width // 4) * -(-m.depth // 16)
+                                      for m in mems if not m.block), "budget": cap}
     return blk, _stream_layer(lut, ff, lb)
 
 
@@ -376,6 +381,9 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
     fp.layers.append(glue.to_json())
     blk["logic_fits"] = fitted
     blk["over"] = _over(est, fx)
+    lr = blk.get("lutram")
+    if lr and lr["cells"] > lr["budget"]:  # nextpnr would find no placement
+        blk["over"]["lutram"] = {"need": lr["cells"], "budget": lr["budget"]}
     fp.stream = blk
     return fp
 
@@ -404,7 +412,8 @@ def refusal(compiled: CompiledGraph, fp: Any) -> str | None:
     if not over:
         return None
     b = blk["bram"]
-    names = {"lut": fp.lut_unit, "ff": "FF", "dsp": "DSP", "bram": "BRAM"}
+    names = {"lut": fp.lut_unit, "ff": "FF", "dsp": "DSP", "bram": "BRAM",
+             "lutram": "LUT-RAM cells of 16x4"}
     what = ", ".join(f"{v['need']:,} {names[k]} (budget {v['budget']:,})"
                      for k, v in over.items())
     ext = blk.get("external") or []

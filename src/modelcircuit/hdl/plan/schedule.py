@@ -61,6 +61,10 @@ class Schedule:
     # where 0: iCE40 has none) to block RAM (the family's "lutram_depth"; an 8-bit
     # ResNet-8's 10-deep, 512-bit line buffers took 15 DP16KD each on an ECP5, 8 % full)
     lutram_depth: int = 0
+    # the device's 16 x 4 LUT-RAM cells (ECP5: TRELLIS_DPR16X4, one per 32 LUTs: 2,613 on an
+    # 85k; nextpnr fails "unable to find legal placement" past them): the streamed design's
+    # shallow FIFOs come first, line and row buffers take LUT RAM only within what is left
+    lutram_cells: int = 0
     # lean folds whose coefficient ROM is a block RAM: its read registered once more and
     # the products registered before the tree ("area", iCE40: the digits MLP's clock was set
     # by an SB_RAM40's clock-to-out, 4 ns of routing, a logic product and the accumulator
@@ -137,6 +141,17 @@ def _family_int(profile: str | None, key: str) -> int:
     return int(fam.get(key, 0))
 
 
+def lutram_cells(profile: str | None) -> int:
+    """The profile's device's 16 x 4 LUT-RAM cells (0: none / no FPGA)."""
+    p = fpga_profile_of(profile)
+    if p is None:
+        return 0
+    from ...graphs.profiles import fpga_families
+
+    fam = fpga_families().get(p.get("family") or "", {})
+    return int(int(p.get("lut", 0)) * float(fam.get("lutram_cells_per_lut", 0)))
+
+
 def _soft_width(profile: str | None) -> int:
     """The profile's FPGA family's widest logic-built product operand (0: none / no FPGA)."""
     return _family_int(profile, "soft_multiplier_max_width")
@@ -156,7 +171,8 @@ def resolve_schedule(compiled: CompiledGraph, name: str | None, adder_levels: in
         sched = dataclasses.replace(sched, soft_width=soft)
     lutram = _family_int(compiled.profile, "lutram_depth")
     if lutram:
-        sched = dataclasses.replace(sched, lutram_depth=lutram)
+        sched = dataclasses.replace(sched, lutram_depth=lutram,
+                                    lutram_cells=lutram_cells(compiled.profile))
     if adder_levels is None:
         adder_levels = sched.adder_levels
     if isinstance(adder_levels, bool) or not isinstance(adder_levels, int) or adder_levels < 1:
