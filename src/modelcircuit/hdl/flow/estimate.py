@@ -190,9 +190,8 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
 
             if is_streamed(g):  # a Dense per token: its lanes beyond the DSPs are booth logic
                 out[-1]["soft_cw"] = coef_width(w)
-        if n.op == Op.CONV:  # its fold reads the window register in place (held)
-            out[-1]["held"] = True
-        if n.op == Op.CONV:  # depthwise: one lane per channel (depthwise_cost)
+        if n.op == Op.CONV:  # its fold reads the window register in place (held);
+            out[-1]["held"] = True  # depthwise: one lane per channel (depthwise_cost)
             dw = depthwise_shape(compiled, n)
             if dw is not None:
                 out[-1]["depthwise"] = dw

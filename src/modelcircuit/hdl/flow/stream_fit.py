@@ -283,8 +283,10 @@ def stream_block(compiled: CompiledGraph, plan: dict[str, int], family_name: str
            "external": ext}
     cap = lutram_cells(compiled.profile)
     if cap:  # 16 x 4 LUT-RAM cells: shallow FIFOs, line and row buffers out of block RAM
-        blk["lutram"] = {"cells": sum(-(-m.width // 4) * -(-m.depth // 16)
-                                      for m in mems if not m.block), "budget": cap}
+        from ..streamed.lower import lutram_cells as cells_of
+
+        blk["lutram"] = {"cells": sum(cells_of(m.width, m.depth) for m in mems if not m.block),
+                         "budget": cap}
     return blk, _stream_layer(lut, ff, lb)
 
 
