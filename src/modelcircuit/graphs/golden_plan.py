@@ -27,6 +27,7 @@ every model and a hypothesis draw of layer types across the float32/float64/int6
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import weakref
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from . import native
 from . import reference as ref
 from .ir import Graph, GraphError, Node
 from .ops import AvgPoolAttrs, ConvAttrs, MaxPoolAttrs, Op, ReshapeAttrs, SoftmaxAttrs
-from .threads import SINGLE_THREAD_MACS, golden_threads
+from .threads import PARALLEL_MACS, SINGLE_THREAD_MACS, golden_threads
 from .types import FixedType, NumType, Overflow, Rounding
 
 Array = np.ndarray
@@ -91,6 +92,9 @@ class _Work:
         # alive and its id its own, until replaced; then its entry goes): a.ctypes.data
         # costs ~1-2 us a call, a tenth of a small layer's step
         self.ptrs: dict[int, int] = {}
+        # native chains' ops by chain (golden_plan._chain_step), while their arrays are kept
+        self.chains: dict[Any, Any] = {}
+        self.fresh = 0  # arrays handed out but not kept (over KEEP_BYTES)
 
     def get(self, key: Any, shape: tuple[int, ...], dtype: Any) -> Array:
         dtype = np.dtype(dtype)
@@ -105,6 +109,8 @@ class _Work:
                 self.ptrs.pop(id(old), None)
             self.arrays[key] = a
             self.ptrs[id(a)] = a.ctypes.data
+        else:
+            self.fresh += 1
         return a
 
     def ptr(self, a: Array) -> int:
@@ -113,6 +119,103 @@ class _Work:
 
 
 Step = Callable[[Graph, list[Array], _Work], Array]
+# a step as native ops (graphs/native.py, loops.c's mc_program): for an input array (its
+# shape, dtype, and its address as the first op's x), the ops and the output array, or None
+# where the step does not take that input (the chain then runs the steps); second: the
+# multiply-adds per row (the thread decision)
+Spec = tuple[Callable[["_Work", Array], "tuple[list[native.Op], Array] | None"], int]
+
+
+class _Chain:
+    """A run of steps as one native call (Plan._chains): the steps' ops, built per batch
+    size and input type and kept with the work arrays they point into."""
+
+    def __init__(self, plan: Plan, run: list[int], steps: list[Step]) -> None:
+        self.specs = [plan.specs[k] for k in run]
+        self.per_row = max(m for _s, m in self.specs)
+        self.steps = steps
+        self.L = plan.loops
+        assert self.L is not None
+        self.key = ("chain", run[0])
+        self.qkey = ("chain", run[0], "q")
+
+    def build(self, work: _Work, x: Array) -> tuple[Any, Array] | None:
+        ops: list[native.Op] = []
+        y = x
+        for spec, _m in self.specs:
+            r = spec(work, y)
+            if r is None:
+                return None
+            ops += r[0]
+            y = r[1]
+        return ops, y
+
+    def _ops(self, work: _Work, key: Any, x: Array, front: native.Op | None = None,
+             xin: Array | None = None) -> tuple[Any, Array, Any, Any] | None:
+        """The ops for codes x, with `front` (the quantization of floats xin into x) first
+        where given: (ops, output array, input shape, input dtype), kept in `work` while
+        their work arrays are."""
+        fresh = work.fresh
+        built = self.build(work, x)
+        if built is None:
+            return None
+        ops = ([front] if front is not None else []) + built[0]
+        xin = x if xin is None else xin
+        arr = (native.Op * len(ops))(*ops)
+        # (ops, output, input shape and dtype, the ops' address and count, the first op: the
+        # one that reads the input, its address set per call)
+        c = (arr, built[1], xin.shape, xin.dtype, ctypes.addressof(arr), len(ops), arr[0])
+        if work.fresh == fresh:  # its arrays are kept: the ops serve the next call
+            work.chains[key] = c
+        return c
+
+    def run(self, work: _Work, c: tuple[Any, ...], x: Array) -> None:
+        c[6].x = work.ptr(x)
+        n = x.shape[0]
+        macs = n * self.per_row  # the largest product's
+        if macs < SINGLE_THREAD_MACS:  # OpenBLAS runs it on one thread by itself
+            self.L.run(c[4], c[5], n)
+        elif self.L.sets_threads and macs < PARALLEL_MACS:  # threads_for: 1, set in C
+            self.L.run(c[4], c[5], n, True)
+        elif ref.has_threads():
+            ref.blas_threads(macs)
+            self.L.run(c[4], c[5], n)
+        else:  # called outside a golden run's thread control (from_floats)
+            with golden_threads() as t:
+                t.use(macs)
+                self.L.run(c[4], c[5], n)
+
+    def __call__(self, g: Graph, ins: list[Array], work: _Work) -> Array:
+        x = ins[0]
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        c = work.chains.get(self.key)
+        if c is None or c[2] != x.shape or c[3] != x.dtype:
+            c = self._ops(work, self.key, x)
+            if c is None:  # an input the ops do not take: the steps
+                for fn in self.steps:
+                    x = fn(g, [x], work)
+                return x
+        self.run(work, c, x)
+        return c[1]
+
+    def from_floats(self, work: _Work, x: Array, q: tuple[Any, ...], name: str) -> Array | None:
+        """Quantize float input x (C-contiguous; q: Plan._quant_loop's) and run the chain on
+        its codes in the same call; None where the ops do not take x."""
+        key = self.qkey
+        c = work.chains.get(key)
+        if c is None or c[2] != x.shape or c[3] != x.dtype:
+            _f, dt, scale, mode, lo, hi = q
+            r = work.get(("q", name, "r"), x.shape, dt)
+            front = native.Op(kind=native.OP_QUANTIZE, dtype=native.DTYPES[x.dtype],
+                              dtype2=native.DTYPES[np.dtype(dt)],
+                              n=x.size // max(x.shape[0], 1), mode=mode, y=work.ptr(r),
+                              scale=scale, lo=lo, hi=hi)
+            c = self._ops(work, key, r, front, x)
+            if c is None:
+                return None
+        self.run(work, c, x)
+        return c[1]
 
 
 class Plan:
@@ -129,6 +232,8 @@ class Plan:
         # clamp(v, max(lo, 0), hi) for hi >= 0) and the ReLU step passes its input on
         self.relu_of: dict[str, str] = self._fusable_relus(g)  # add node -> relu node
         self.fused: set[str] = set()  # the ReLUs so done
+        # steps that can also run as ops of a native chain (see _chains): step index -> spec
+        self.specs: dict[int, Spec] = {}
         slot: dict[str, int] = {}
         for name in g.inputs:
             slot.setdefault(name, len(slot))
@@ -142,9 +247,18 @@ class Plan:
             slot[node.outputs[0]] = len(slot)
             self.steps.append((step, ins, slot[node.outputs[0]]))
         self.n_slots = len(slot)
+        self._slot_of = slot
+        self.chained = self._chains(g)
         self.in_slots = [slot[n] for n in g.inputs]
         self.out_slots = [slot[n] for n in g.outputs]
         self.in_shapes = [tuple(g.tensor(n).shape) for n in g.inputs]
+        # the whole plan one chain from its one input to its one output: a float input is
+        # quantized in the same C call (_floats_in_one_call)
+        whole = self.steps[0] if len(self.steps) == 1 else None
+        self.whole = whole[0] if (whole is not None and isinstance(whole[0], _Chain)
+                                  and len(self.in_slots) == 1 and len(self.out_slots) == 1
+                                  and whole[1] == (self.in_slots[0],)
+                                  and whole[2] == self.out_slots[0]) else None
         self._local = threading.local()
 
     @staticmethod
@@ -234,6 +348,30 @@ class Plan:
                 return y
             return lp.finish(y)
 
+        if epi is not None and self.loops is not None and self.loops.program is not None \
+                and w.flags.c_contiguous and w.dtype == dt and (
+                    b is None or (b.dtype == dt and b.flags.c_contiguous)):
+            k = w.shape[0]
+            w_ptr = w.ctypes.data
+
+            def spec(work: _Work, x: Array) -> tuple[list[native.Op], Array] | None:
+                if x.ndim != 2 or x.shape[1] != k or x.dtype not in native.DTYPES:
+                    return None
+                n = x.shape[0]
+                ops = []
+                if x.dtype != dt:  # the step's copyto: exact, codes within the GEMM's bound
+                    xc = work.get((i, "x"), x.shape, dt)
+                    ops.append(native.Op(kind=native.OP_CAST, dtype=native.DTYPES[x.dtype],
+                                         dtype2=native.DTYPES[np.dtype(dt)], n=k,
+                                         x=work.ptr(x), y=work.ptr(xc)))
+                    x = xc
+                y = work.get(i, (n, n_out), dt)
+                ops.append(native.Op(kind=native.OP_GEMM, dtype=native.DTYPES[np.dtype(dt)],
+                                     k=k, n=n_out, mode=mode, x=work.ptr(x), y=work.ptr(y),
+                                     w=w_ptr, b=b_ptr, lo=lo, hi=hi))
+                return ops, y
+
+            self.specs[i] = (spec, macs)
         return step
 
     def _epilogue(self, lp: ref.Linear) -> Callable[[Array], bool] | None:
@@ -493,7 +631,51 @@ class Plan:
             np.multiply(e, rec_t[s], out=e)
             return fx.requantize(e, frac, out)
 
+        if req_c and L is not None and L.program is not None:
+            def spec(work: _Work, x: Array) -> tuple[list[native.Op], Array] | None:
+                if x.ndim != 2 or x.shape[1] < 1 or x.dtype not in native.DTYPES:
+                    return None
+                e = work.get((i, "e"), x.shape, np.int64)
+                return [native.Op(kind=native.OP_SOFTMAX, dtype=native.DTYPES[x.dtype],
+                                  n=x.shape[1], x=work.ptr(x), y=work.ptr(e), exp_t=exp_p,
+                                  rec_t=rec_p, e_lo=e_args[0], e_hi=e_args[1],
+                                  e_sh=e_args[2], r_lo=r_args[0], r_hi=r_args[1],
+                                  r_sh=r_args[2], s_out=s_out, req_mode=req,
+                                  q_lo=out.qmin, q_hi=out.qmax)], e
+
+            self.specs[i] = (spec, 0)
         return step
+
+    # -- native chains -------------------------------------------------------------------
+    def _chains(self, g: Graph) -> int:
+        """Replace each run of two or more steps that have native specs, each reading only
+        the one before it (whose output nothing else reads and is no graph output), by one
+        step running them as one C call (loops.c's mc_program). Returns the steps so run."""
+        readers: dict[int, int] = {}
+        for _fn, ins, _o in self.steps:
+            for k in ins:
+                readers[k] = readers.get(k, 0) + 1
+        outs = {self._slot_of[n] for n in g.outputs if n in self._slot_of}
+        runs: list[list[int]] = []
+        for i, (_fn, ins, _o) in enumerate(self.steps):
+            prev = runs[-1][-1] if runs else None
+            if i not in self.specs:
+                continue
+            p_out = self.steps[prev][2] if prev is not None else None
+            if (prev == i - 1 and ins == (p_out,) and readers.get(p_out) == 1
+                    and p_out not in outs):
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        done = 0
+        for run in reversed(runs):
+            if len(run) < 2 or len(self.steps[run[0]][1]) != 1:
+                continue
+            first, last = run[0], run[-1]
+            step = _Chain(self, run, [self.steps[k][0] for k in run])
+            self.steps[first:last + 1] = [(step, self.steps[first][1], self.steps[last][2])]
+            done += len(run)
+        return done
 
     def _reshape(self, i: int, node: Node) -> Step:
         shape = ReshapeAttrs.of(node).shape
@@ -532,13 +714,35 @@ class Plan:
                 ref.set_threads(None)
         return [vals[s] for s in self.out_slots]
 
+    def _floats_in_one_call(self, x: Array) -> Array | None:
+        """The held output for float input x where the whole plan is one chain and its
+        quantization a C loop: both in one call (else None: quantize, then held)."""
+        if self.whole is None:
+            return None
+        x = np.asarray(x)
+        shp = self.in_shapes[0]
+        if x.shape[1:] != shp:
+            x = x.reshape((-1,) + shp)
+        fast = self._quant_c.get((0, x.dtype), _NONE)
+        if fast is _NONE:
+            fast = self._quant_c[(0, x.dtype)] = self._quant_loop(self.g.inputs[0], x.dtype)
+        if fast is None or not x.flags.c_contiguous:
+            return None
+        # C only: no numpy floating-point warnings to silence; the chain sets its threads
+        return self.whole.from_floats(self._work(x.shape[0]), x, fast, self.g.inputs[0])
+
     def execute(self, inputs: list[Array], inputs_are_codes: bool = False) -> dict[str, Array]:
         """reference.execute(g, inputs, inputs_are_codes=...) without trace: the outputs,
         fixed point as int64 codes, float as float32 (fresh arrays)."""
+        held = None
         if not inputs_are_codes:
-            inputs = self.quantize(inputs)
+            v = self._floats_in_one_call(inputs[0]) if len(inputs) == 1 else None
+            if v is None:
+                inputs = self.quantize(inputs)
+            else:
+                held = [v]
         res = {}
-        for name, v in zip(self.g.outputs, self.held(inputs), strict=True):
+        for name, v in zip(self.g.outputs, held or self.held(inputs), strict=True):
             t = _dtype(self.g, name)
             res[name] = v.astype(np.float32 if t.is_float else np.int64)
         return res
@@ -617,9 +821,10 @@ class Plan:
     def values(self, x: Array, quantize: bool) -> Array:
         """The float values (float64) of the graph's (first) output for input x: floats to
         quantize, or the input codes."""
-        xs = self.quantize([x]) if quantize else [x]
         name = self.g.outputs[0]
-        v = self.held(xs)[0]
+        v = self._floats_in_one_call(x) if quantize else None
+        if v is None:
+            v = self.held(self.quantize([x]) if quantize else [x])[0]
         t = _dtype(self.g, name)
         if t.is_float:
             return np.asarray(v, dtype=np.float64).copy()

@@ -18,6 +18,7 @@ import ctypes
 import os
 import threading
 from importlib import resources
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,101 @@ EPI_MODES = {"": EPI_NONE, "floor": EPI_FLOOR, "rint": EPI_RINT}
 Q_RINT, Q_FLOOR, Q_HALF_UP = 0, 1, 2
 R_TRN, R_RND, R_RND_CONV = 0, 1, 2
 A_NONE, A_FLOOR, A_HALF_UP, A_RINT = 0, 1, 2, 3
+# mc_program's ops and the types it holds codes in (loops.c)
+OP_GEMM, OP_CAST, OP_SOFTMAX, OP_QUANTIZE = 1, 2, 3, 4
+DTYPES = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.int64): 2}
+
+
+class _Blas(ctypes.Structure):
+    """loops.c's mc_blas."""
+
+    _fields_ = [("dgemm", _P), ("sgemm", _P), ("ints64", _I64), ("get_nt", _P),
+                ("set_nt", _P)]
+
+
+class Op(ctypes.Structure):
+    """One step of a native chain (loops.c's mc_op; golden_plan builds them)."""
+
+    _fields_ = ([(f, _I64) for f in ("kind", "dtype", "dtype2", "k", "n", "mode")]
+                + [(f, _P) for f in ("x", "y", "w", "b")]
+                + [(f, ctypes.c_double) for f in ("lo", "hi", "scale")]
+                + [(f, _P) for f in ("exp_t", "rec_t")]
+                + [(f, _I64) for f in ("e_lo", "e_hi", "e_sh", "r_lo", "r_hi", "r_sh",
+                                       "s_out", "req_mode", "q_lo", "q_hi")])
+
+
+# CBLAS GEMM entry points, the symbol names under which the BLAS builds numpy ships with (or
+# links) export them, and whether their sizes are 64-bit: numpy's own wheels bundle an ILP64
+# OpenBLAS with a scipy_ prefix and 64_ suffix; a system or conda BLAS has plain names
+_CBLAS = ((("scipy_cblas_dgemm64_", "scipy_cblas_sgemm64_"), True),
+          (("cblas_dgemm64_", "cblas_sgemm64_"), True),
+          (("cblas_dgemm", "cblas_sgemm"), False))
+
+
+# OpenBLAS's thread setting under the same naming schemes (get, set; both take/return int)
+_THREADS = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+            ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
+            ("openblas_get_num_threads", "openblas_set_num_threads"))
+
+
+def _numpy_blas() -> tuple[int, int, bool, int, int] | None:
+    """(dgemm, sgemm, 64-bit sizes, get threads, set threads: 0 where not OpenBLAS) of the
+    BLAS numpy's matmul calls, or None. numpy's own:
+    the same kernels as the numpy steps (products are exact either way, the plan proves it;
+    the same library also keeps one thread setting, graphs/threads.py, for both paths)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        libs = ThreadpoolController().select(user_api="blas").lib_controllers
+    except Exception:  # noqa: BLE001 - no thread control: no chain, the numpy steps run
+        return None
+    npdir = os.path.dirname(os.path.dirname(np.__file__))
+    # numpy's bundled library first (numpy.libs beside the package), then any other
+    for c in sorted(libs, key=lambda c: not str(c.filepath).startswith(npdir)):
+        try:
+            lib = ctypes.CDLL(str(c.filepath))
+        except OSError:
+            continue
+        for (d, s), ints64 in _CBLAS:
+            fd, fs = getattr(lib, d, None), getattr(lib, s, None)
+            if fd is not None and fs is not None:
+                if not ints64 and _openblas_ilp64(lib):  # an ILP64 build without suffixes
+                    ints64 = True
+                nt = next(((getattr(lib, g), getattr(lib, t)) for g, t in _THREADS
+                           if hasattr(lib, g) and hasattr(lib, t)), None)
+                return (_addr(fd), _addr(fs), ints64, _addr(nt[0]) if nt else 0,
+                        _addr(nt[1]) if nt else 0)
+    return None
+
+
+def _addr(f: Any) -> int:
+    return ctypes.cast(f, _P).value or 0
+
+
+def _openblas_ilp64(lib: ctypes.CDLL) -> bool:
+    f = getattr(lib, "openblas_get_config", None)
+    if f is None:
+        return False
+    f.restype = ctypes.c_char_p
+    f.argtypes = []
+    return b"USE64BITINT" in (f() or b"")
+
+
+def _chain_works(loops: Loops) -> bool:
+    """One small product through the chain equals numpy's (a BLAS whose sizes were taken
+    for the wrong width would not: the chain is then not used)."""
+    rng = np.random.default_rng(0)
+    for dt in (np.float64, np.float32):
+        x = rng.integers(-9, 9, (3, 5)).astype(dt)
+        w = rng.integers(-9, 9, (5, 4)).astype(dt)
+        y = np.zeros((3, 4), dt)
+        ops = (Op * 1)(Op(kind=OP_GEMM, dtype=DTYPES[np.dtype(dt)], k=5, n=4,
+                          mode=EPI_NONE, x=x.ctypes.data, y=y.ctypes.data, w=w.ctypes.data,
+                          b=None, lo=-np.inf, hi=np.inf))
+        loops.run(ops, 1, 3)
+        if not np.array_equal(y, x @ w):
+            return False
+    return True
 
 
 class Loops:
@@ -89,6 +185,34 @@ class Loops:
         self.req = lib.mc_requantize_sat_i64
         self.req.argtypes = [_P, _I64, _INT, _INT, _I64, _I64]
         self.req.restype = None
+        # the chain: where numpy's BLAS cannot be called from C, None (the steps run)
+        self.program = None
+        blas = _numpy_blas()
+        if blas is not None and blas[0] and blas[1]:
+            f = lib.mc_program
+            f.argtypes = [_P, _I64, _I64, _P, _INT]
+            f.restype = _INT  # nonzero: a NaN or an infinity quantized
+            self.program = f
+            self.gemm = blas
+            self._blas = _Blas(dgemm=blas[0], sgemm=blas[1], ints64=int(blas[2]),
+                               get_nt=blas[3] or None, set_nt=blas[4] or None)
+            self._blas_p = ctypes.addressof(self._blas)
+            if not _chain_works(self):
+                self.program = None
+
+    def run(self, ops: ctypes.Array | int, n_ops: int, rows: int,
+            one_thread: bool = False) -> None:
+        """Run a native chain (an array of Op, or its address) on `rows` rows; one_thread:
+        its products on one BLAS thread (set and restored in C where the BLAS is OpenBLAS:
+        ~0.1 us against ~10 us through threadpoolctl; see sets_threads)."""
+        assert self.program is not None
+        if self.program(ops, n_ops, rows, self._blas_p, one_thread):
+            raise ValueError("cannot quantize NaN or Inf")
+
+    @property
+    def sets_threads(self) -> bool:
+        """run(one_thread=True) sets the BLAS's threads itself."""
+        return bool(self.program is not None and self.gemm[3] and self.gemm[4])
 
     def epilogue(self, y: np.ndarray, b: np.ndarray | None, mode: int, lo: float,
                  hi: float) -> bool:
@@ -169,7 +293,11 @@ def loops() -> Loops | None:
 
 
 def status() -> str:
-    """'native loops' or why not."""
+    """'native loops and chains', 'native loops (no chains ...)' or why not."""
     if os.environ.get(ENV, "").strip() == "0":
         return f"numpy steps only: {ENV}=0"
-    return "native loops" if loops() is not None else str(_state.get("why"))
+    lp = loops()
+    if lp is None:
+        return str(_state.get("why"))
+    return ("native loops and chains" if lp.program is not None else
+            "native loops (no chains: numpy's BLAS is not callable from C here)")

@@ -287,6 +287,11 @@ def set_threads(t: Any) -> None:
     _local.threads = t
 
 
+def has_threads() -> bool:
+    """A golden run's thread control is set on this thread (set_threads)."""
+    return getattr(_local, "threads", None) is not None
+
+
 def blas_threads(macs: int) -> None:
     """Before a product of `macs` multiply-adds inside `execute` or a golden plan's run: the
     BLAS threads it may use (graphs/threads.py)."""

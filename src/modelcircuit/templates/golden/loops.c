@@ -69,13 +69,32 @@ QUANTIZE(float, float, mc_quantize_f32_f32)
 QUANTIZE(float, double, mc_quantize_f32_f64)
 QUANTIZE(double, double, mc_quantize_f64_f64)
 
+/* Requantization of one int64 code (mc_requantize_sat_i64 below, element by element). */
+static inline int64_t mc_req1(int64_t v, int s, int mode, int64_t below_mask, int64_t lo,
+                              int64_t hi) {
+    int64_t fl = v >> s;
+    if (mode != 0) {
+        int64_t half = (v >> (s - 1)) & 1;
+        if (mode == 1) {
+            fl += half;
+        } else if (half && ((v & below_mask) != 0 || (fl & 1))) {
+            fl += 1;
+        }
+    }
+    fl = fl < lo ? lo : fl;
+    return fl > hi ? hi : fl;
+}
+
 /* Softmax of one row of integer codes (reference.softmax): e = exp_t[index(x - max)],
- * s = sum e, out = e * rec_t[index(s)] (int64, before the requantization); index(v) =
- * (clamp(v, lo, hi) - lo) >> shift. */
+ * s = sum e, out = e * rec_t[index(s)] (int64, before the requantization; the chain's
+ * variant, _req, requantizes each value as it is formed: 0 < rs < 63, mode and bounds as
+ * mc_requantize_sat_i64); index(v) = (clamp(v, lo, hi) - lo) >> shift. */
 #define SOFTMAX(T, NAME)                                                               \
-    void NAME(const T *x, int64_t *out, int64_t rows, int64_t n, const int64_t *exp_t,  \
-              int64_t e_lo, int64_t e_hi, int64_t e_sh, const int64_t *rec_t,           \
-              int64_t r_lo, int64_t r_hi, int64_t r_sh) {                               \
+    static inline void NAME##_core(const T *x, int64_t *out, int64_t rows, int64_t n,   \
+              const int64_t *exp_t, int64_t e_lo, int64_t e_hi, int64_t e_sh,          \
+              const int64_t *rec_t, int64_t r_lo, int64_t r_hi, int64_t r_sh, int rs,   \
+              int rmode, int64_t qlo, int64_t qhi) {                                   \
+        const int64_t below = rs > 1 ? (((int64_t)1 << (rs - 1)) - 1) : 0;            \
         for (int64_t i = 0; i < rows; i++) {                                           \
             const T *r = x + i * n;                                                    \
             int64_t *o = out + i * n;                                                  \
@@ -93,8 +112,18 @@ QUANTIZE(double, double, mc_quantize_f64_f64)
             }                                                                          \
             s = s < r_lo ? r_lo : (s > r_hi ? r_hi : s);                               \
             int64_t rc = rec_t[(s - r_lo) >> r_sh];                                    \
-            for (int64_t j = 0; j < n; j++) o[j] = o[j] * rc;                          \
+            if (rs)                                                                    \
+                for (int64_t j = 0; j < n; j++)                                        \
+                    o[j] = mc_req1(o[j] * rc, rs, rmode, below, qlo, qhi);             \
+            else                                                                       \
+                for (int64_t j = 0; j < n; j++) o[j] = o[j] * rc;                      \
         }                                                                              \
+    }                                                                                  \
+    void NAME(const T *x, int64_t *out, int64_t rows, int64_t n, const int64_t *exp_t,  \
+              int64_t e_lo, int64_t e_hi, int64_t e_sh, const int64_t *rec_t,           \
+              int64_t r_lo, int64_t r_hi, int64_t r_sh) {                               \
+        NAME##_core(x, out, rows, n, exp_t, e_lo, e_hi, e_sh, rec_t, r_lo, r_hi, r_sh,  \
+                    0, 0, 0, 0);                                                       \
     }
 SOFTMAX(double, mc_softmax_f64)
 SOFTMAX(float, mc_softmax_f32)
@@ -184,18 +213,143 @@ IM2COL(int64_t, double, mc_im2col_i64_f64)
  * 2: half to even (RND_CONV); clamp to [lo, hi]. */
 void mc_requantize_sat_i64(int64_t *q, int64_t n, int s, int mode, int64_t lo, int64_t hi) {
     const int64_t below_mask = s > 1 ? (((int64_t)1 << (s - 1)) - 1) : 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = q[i];
-        int64_t fl = v >> s;
-        if (mode != 0) {
-            int64_t half = (v >> (s - 1)) & 1;
-            if (mode == 1) {
-                fl += half;
-            } else if (half && ((v & below_mask) != 0 || (fl & 1))) {
-                fl += 1;
-            }
-        }
-        fl = fl < lo ? lo : fl;
-        q[i] = fl > hi ? hi : fl;
+    for (int64_t i = 0; i < n; i++) q[i] = mc_req1(q[i], s, mode, below_mask, lo, hi);
+}
+
+/* A run of golden steps in one call (golden_plan's native chain): a Python step costs 5-10 us
+ * of interpreter and ctypes work around a few us of arithmetic on a small layer, so an MLP of
+ * small layers spent most of its time between the products. Each op is what its step does:
+ * the GEMM is the CBLAS call numpy's matmul makes (row-major, no transpose, alpha 1, beta 0,
+ * the same library: graphs/native.py finds numpy's own), then the epilogue above; a cast
+ * converts codes between the exact forms they are held in; the Softmax is the loop above
+ * and its requantization; the quantization of float inputs is the loop above (QUANTIZE: a
+ * NaN or an infinity makes mc_program return nonzero before any other op runs). */
+enum { MC_OP_GEMM = 1, MC_OP_CAST = 2, MC_OP_SOFTMAX = 3, MC_OP_QUANTIZE = 4 };
+enum { MC_F64 = 0, MC_F32 = 1, MC_I64 = 2 };
+enum { MC_ROW_MAJOR = 101, MC_NO_TRANS = 111 };
+
+typedef struct {
+    int64_t kind, dtype, dtype2; /* GEMM: its type; CAST: from, to; SOFTMAX: the input's */
+    int64_t k, n, mode;          /* fan-in, columns (elements per row), rounding mode */
+    void *x, *y;
+    const void *w, *b;
+    double lo, hi;               /* the epilogue's or the quantization's clamp */
+    double scale;                /* the quantization's 2**frac */
+    const int64_t *exp_t, *rec_t;
+    int64_t e_lo, e_hi, e_sh, r_lo, r_hi, r_sh;
+    int64_t s_out, req_mode, q_lo, q_hi; /* the Softmax's requantization (s_out 0: none) */
+} mc_op;
+
+typedef void (*mc_dgemm64_t)(int, int, int, int64_t, int64_t, int64_t, double, const double *,
+                             int64_t, const double *, int64_t, double, double *, int64_t);
+typedef void (*mc_sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *,
+                             int64_t, const float *, int64_t, float, float *, int64_t);
+typedef void (*mc_dgemm32_t)(int, int, int, int, int, int, double, const double *, int,
+                             const double *, int, double, double *, int);
+typedef void (*mc_sgemm32_t)(int, int, int, int, int, int, float, const float *, int,
+                             const float *, int, float, float *, int);
+
+#define CAST_LOOP(TI, TO)                                                              \
+    { const TI *s = (const TI *)o->x; TO *d = (TO *)o->y;                              \
+      for (int64_t i = 0; i < cnt; i++) d[i] = (TO)s[i]; }
+
+/* ints64: the CBLAS takes 64-bit sizes (an ILP64 OpenBLAS, numpy's own); else 32-bit. */
+static int mc_ops(const mc_op *ops, int64_t nops, int64_t rows, void *dgemm, void *sgemm,
+                  int ints64);
+
+/* The BLAS numpy calls (graphs/native.py finds it): its GEMMs, whether their sizes are 64-bit,
+ * and OpenBLAS's openblas_get/set_num_threads (NULL for another BLAS). */
+typedef struct {
+    void *dgemm, *sgemm;
+    int64_t ints64;
+    void *get_nt, *set_nt;
+} mc_blas;
+
+/* one_thread: the BLAS runs this chain's products on one thread (graphs/threads.py decides),
+ * its setting restored after. Returns nonzero where a quantized input is NaN or infinite. */
+int mc_program(const mc_op *ops, int64_t nops, int64_t rows, const mc_blas *blas,
+               int one_thread) {
+    if (rows <= 0) return 0;
+    int saved = 0;
+    if (one_thread && blas->get_nt && blas->set_nt) {
+        saved = ((int (*)(void))blas->get_nt)();
+        if (saved > 1) ((void (*)(int))blas->set_nt)(1);
     }
+    int bad = mc_ops(ops, nops, rows, blas->dgemm, blas->sgemm, (int)blas->ints64);
+    if (saved > 1) ((void (*)(int))blas->set_nt)(saved);
+    return bad;
+}
+
+static int mc_ops(const mc_op *ops, int64_t nops, int64_t rows, void *dgemm, void *sgemm,
+                  int ints64) {
+    for (int64_t i = 0; i < nops; i++) {
+        const mc_op *o = ops + i;
+        if (o->kind == MC_OP_QUANTIZE) {
+            const int64_t cnt = rows * o->n;
+            int bad;
+            if (o->dtype == MC_F32 && o->dtype2 == MC_F32)
+                bad = mc_quantize_f32_f32((const float *)o->x, (float *)o->y, cnt,
+                                          (float)o->scale, (int)o->mode, (float)o->lo,
+                                          (float)o->hi);
+            else if (o->dtype == MC_F32)
+                bad = mc_quantize_f32_f64((const float *)o->x, (double *)o->y, cnt, o->scale,
+                                          (int)o->mode, o->lo, o->hi);
+            else
+                bad = mc_quantize_f64_f64((const double *)o->x, (double *)o->y, cnt, o->scale,
+                                          (int)o->mode, o->lo, o->hi);
+            if (bad) return 1;
+        } else if (o->kind == MC_OP_GEMM) {
+            if (o->dtype == MC_F64) {
+                if (ints64)
+                    ((mc_dgemm64_t)dgemm)(MC_ROW_MAJOR, MC_NO_TRANS, MC_NO_TRANS, rows, o->n,
+                                          o->k, 1.0, (const double *)o->x, o->k,
+                                          (const double *)o->w, o->n, 0.0, (double *)o->y,
+                                          o->n);
+                else
+                    ((mc_dgemm32_t)dgemm)(MC_ROW_MAJOR, MC_NO_TRANS, MC_NO_TRANS, (int)rows,
+                                          (int)o->n, (int)o->k, 1.0, (const double *)o->x,
+                                          (int)o->k, (const double *)o->w, (int)o->n, 0.0,
+                                          (double *)o->y, (int)o->n);
+                mc_epilogue_f64((double *)o->y, (const double *)o->b, rows, o->n,
+                                (int)o->mode, o->lo, o->hi);
+            } else {
+                if (ints64)
+                    ((mc_sgemm64_t)sgemm)(MC_ROW_MAJOR, MC_NO_TRANS, MC_NO_TRANS, rows, o->n,
+                                          o->k, 1.0f, (const float *)o->x, o->k,
+                                          (const float *)o->w, o->n, 0.0f, (float *)o->y,
+                                          o->n);
+                else
+                    ((mc_sgemm32_t)sgemm)(MC_ROW_MAJOR, MC_NO_TRANS, MC_NO_TRANS, (int)rows,
+                                          (int)o->n, (int)o->k, 1.0f, (const float *)o->x,
+                                          (int)o->k, (const float *)o->w, (int)o->n, 0.0f,
+                                          (float *)o->y, (int)o->n);
+                mc_epilogue_f32((float *)o->y, (const float *)o->b, rows, o->n, (int)o->mode,
+                                (float)o->lo, (float)o->hi);
+            }
+        } else if (o->kind == MC_OP_CAST) {
+            const int64_t cnt = rows * o->n;
+            if (o->dtype == MC_F64 && o->dtype2 == MC_F32) CAST_LOOP(double, float)
+            else if (o->dtype == MC_F32 && o->dtype2 == MC_F64) CAST_LOOP(float, double)
+            else if (o->dtype == MC_I64 && o->dtype2 == MC_F64) CAST_LOOP(int64_t, double)
+            else if (o->dtype == MC_I64 && o->dtype2 == MC_F32) CAST_LOOP(int64_t, float)
+            else if (o->dtype == MC_F64 && o->dtype2 == MC_I64) CAST_LOOP(double, int64_t)
+            else if (o->dtype == MC_F32 && o->dtype2 == MC_I64) CAST_LOOP(float, int64_t)
+        } else if (o->kind == MC_OP_SOFTMAX) {
+            int64_t *e = (int64_t *)o->y;
+            const int rs = (int)o->s_out, rm = (int)o->req_mode;
+            if (o->dtype == MC_F64)
+                mc_softmax_f64_core((const double *)o->x, e, rows, o->n, o->exp_t, o->e_lo,
+                                    o->e_hi, o->e_sh, o->rec_t, o->r_lo, o->r_hi, o->r_sh, rs,
+                                    rm, o->q_lo, o->q_hi);
+            else if (o->dtype == MC_F32)
+                mc_softmax_f32_core((const float *)o->x, e, rows, o->n, o->exp_t, o->e_lo,
+                                    o->e_hi, o->e_sh, o->rec_t, o->r_lo, o->r_hi, o->r_sh, rs,
+                                    rm, o->q_lo, o->q_hi);
+            else
+                mc_softmax_i64_core((const int64_t *)o->x, e, rows, o->n, o->exp_t, o->e_lo,
+                                    o->e_hi, o->e_sh, o->rec_t, o->r_lo, o->r_hi, o->r_sh, rs,
+                                    rm, o->q_lo, o->q_hi);
+        }
+    }
+    return 0;
 }

@@ -1,0 +1,189 @@
+"""Native chains of the golden plan (golden_plan._chains, loops.c's mc_program): runs of
+Dense/Softmax steps in one C call give the steps' arrays bit for bit, and
+reference.execute's, on drawn MLPs whose layers change between float32, float64 and int64
+arithmetic; the chain really runs; a tensor that another node or the caller reads ends a
+chain; batch sizes, strided inputs and threads."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import modelcircuit as mc
+from modelcircuit.frontend.onnx.importer import import_model
+from modelcircuit.graphs import golden_plan, host, native, reference
+
+pytestmark = pytest.mark.skipif(native.loops() is None or native.loops().program is None,
+                                reason=f"no native chains here: {native.status()}")
+
+
+def _mlp(sizes: list[int], relu: list[bool], softmax: bool, seed: int,
+         extra_out: int | None = None) -> onnx.ModelProto:
+    """Gemm layers of `sizes`; ReLU after layer i where relu[i]; Softmax last if asked;
+    extra_out: a hidden layer's output also a graph output."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "x"
+    outs = []
+    for i, (k, n) in enumerate(zip(sizes, sizes[1:], strict=False)):
+        inits += [numpy_helper.from_array(rng.normal(0, 1.5 / np.sqrt(k), (k, n))
+                                          .astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(rng.normal(0, 0.3, n).astype(np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"fc{i}"], name=f"fc{i}"))
+        x = f"fc{i}"
+        if relu[i]:
+            nodes.append(helper.make_node("Relu", [x], [f"r{i}"], name=f"relu{i}"))
+            x = f"r{i}"
+        if extra_out == i:
+            outs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", n]))
+    if softmax:
+        nodes.append(helper.make_node("Softmax", [x], ["sm"], name="sm", axis=-1))
+        x = "sm"
+    outs.insert(0, helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", sizes[-1]]))
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", sizes[0]])], outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _unchained(g, monkeypatch):
+    """The same graph's plan with the loops one by one (no chain)."""
+    with monkeypatch.context() as m:
+        m.setattr(native.loops(), "program", None)
+        p = golden_plan.Plan(g)
+    assert p.chained == 0
+    return p
+
+
+TYPES = ["fixed<6,2>", "fixed<8,3>", "fixed<12,4>", "fixed<16,6>", "fixed<20,8>",
+         "fixed<24,10>", "fixed<8,3,RND_CONV,SAT>", "fixed<10,4,RND,SAT>"]
+
+
+@st.composite
+def mlps(draw):
+    n_layers = draw(st.integers(2, 4))
+    sizes = [draw(st.integers(1, 40)) for _ in range(n_layers + 1)]
+    relu = [draw(st.booleans()) for _ in range(n_layers)]
+    softmax = draw(st.booleans()) and sizes[-1] > 1
+    layer_types = [draw(st.sampled_from(TYPES)) for _ in range(n_layers)]
+    rows = draw(st.sampled_from([1, 2, 5, 64, 70]))
+    return sizes, relu, softmax, layer_types, rows, draw(st.integers(0, 1 << 16))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mlps())
+def test_drawn_chains_equal_the_steps_and_the_reference(monkeypatch, case):
+    sizes, relu, softmax, types, rows, seed = case
+    g0 = import_model(_mlp(sizes, relu, softmax, seed))
+    per_layer = {f"fc{i}": {"result": t, "weight": t} for i, t in enumerate(types)}
+    c = mc.compile(g0, precision=types[0], per_layer=per_layer)
+    g = c.graph
+    x = (2 * np.random.default_rng(seed).standard_normal((rows, sizes[0]))).astype(np.float32)
+    codes = host.encode(c, x)
+    p = golden_plan.Plan(g)
+    event(f"chained steps: {p.chained}")
+    want = reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+    steps = _unchained(g, monkeypatch).execute([codes], inputs_are_codes=True)[g.outputs[0]]
+    want_q = reference.execute(g, [x])[g.outputs[0]]  # floats quantized in the chain's call
+    for _ in range(2):  # the second call reuses the chain's ops and arrays
+        got = p.execute([codes], inputs_are_codes=True)[g.outputs[0]]
+        assert got.dtype == want.dtype and np.array_equal(got, want), case
+        assert got.tobytes() == steps.tobytes(), case
+        got_q = p.execute([x])[g.outputs[0]]
+        assert np.array_equal(got_q, want_q), case
+        for xx in (x, x.astype(np.float64)):
+            assert p.values(xx, True).tobytes() == \
+                _unchained(g, monkeypatch).values(xx, True).tobytes(), case
+
+
+def test_the_chain_runs_the_whole_mlp(monkeypatch):
+    """A 4-layer MLP with a Softmax at 16 bits: every step in one chain, one C call a run."""
+    c = mc.compile(import_model(_mlp([16, 64, 32, 32, 5], [True] * 3 + [False], True, 1)),
+                   precision="fixed<16,6>")
+    p = golden_plan.Plan(c.graph)
+    assert p.chained == len(c.graph.nodes) and len(p.steps) == 1
+    calls = []
+    lp = native.loops()
+    run = lp.run
+    monkeypatch.setattr(lp, "run", lambda ops, k, n, one=False: (calls.append(k),
+                                                                   run(ops, k, n, one)))
+    x = np.random.default_rng(2).standard_normal((64, 16)).astype(np.float32)
+    p.values(x, True)
+    p.values(x, True)
+    assert calls == [6, 6]  # the quantization, four GEMMs with their epilogues, the Softmax
+    want = reference.execute(c.graph, [x])[c.graph.outputs[0]]
+    assert np.array_equal(p.execute([x])[c.graph.outputs[0]], want)
+
+
+def test_a_tensor_read_elsewhere_ends_the_chain():
+    """A hidden layer's output that is also a graph output is written where the caller
+    reads it: the chain stops there (two chains), and both outputs are the reference's."""
+    c = mc.compile(import_model(_mlp([8, 16, 16, 16, 4], [True] * 4, False, 3, extra_out=1)),
+                   precision="fixed<8,3>")
+    g = c.graph
+    p = golden_plan.Plan(g)
+    assert len(g.outputs) == 2 and p.chained == 4 and len(p.steps) == 2  # fc0-fc1, fc2-fc3
+    x = np.random.default_rng(4).standard_normal((9, 8)).astype(np.float32)
+    codes = host.encode(c, x)
+    want = reference.execute(g, [codes], inputs_are_codes=True)
+    got = p.execute([codes], inputs_are_codes=True)
+    for name in g.outputs:
+        assert np.array_equal(got[name], want[name]), name
+
+
+def test_batch_sizes_strided_inputs_and_threads():
+    """Batch sizes change call to call (ops rebuilt per batch), a strided input is copied,
+    and threads running one plan each use their own arrays."""
+    c = mc.compile(import_model(_mlp([12, 24, 24, 6], [True, True, False], True, 5)),
+                   precision="fixed<16,6>")
+    g = c.graph
+    p = golden_plan.plan(g)
+    assert p.chained == len(g.nodes)
+    rng = np.random.default_rng(6)
+    for n in (3, 64, 0, 1, 64, 3):
+        codes = host.encode(c, rng.standard_normal((n, 24)).astype(np.float32)[:, ::2])
+        want = reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+        got = golden_plan.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+        assert np.array_equal(got, want), n
+        strided = np.empty((n, 24), codes.dtype)[:, ::2]
+        strided[...] = codes
+        got = golden_plan.execute(g, [strided], inputs_are_codes=True)[g.outputs[0]]
+        assert np.array_equal(got, want), n
+    xs = [host.encode(c, rng.standard_normal((40 + i, 12)).astype(np.float32))
+          for i in range(4)]
+    want = [reference.execute(g, [x], inputs_are_codes=True)[g.outputs[0]] for x in xs]
+    bad: list[int] = []
+
+    def work(i: int) -> None:
+        for _ in range(20):
+            got = golden_plan.execute(g, [xs[i]], inputs_are_codes=True)[g.outputs[0]]
+            if not np.array_equal(got, want[i]):
+                bad.append(i)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
+
+
+def test_a_nan_in_the_chain_s_quantization_is_refused():
+    """The quantization inside the chain refuses NaN and Inf as the numpy steps do."""
+    c = mc.compile(import_model(_mlp([6, 8, 3], [True, False], False, 7)),
+                   precision="fixed<8,3>")
+    p = golden_plan.Plan(c.graph)
+    assert p.whole is not None
+    for bad in (np.nan, np.inf, -np.inf):
+        for dt in (np.float32, np.float64):
+            x = np.zeros((5, 6), dt)
+            x[3, 2] = bad
+            with pytest.raises(ValueError, match="NaN or Inf"):
+                p.values(x, True)
+            with pytest.raises(ValueError, match="NaN or Inf"):
+                p.execute([x])
