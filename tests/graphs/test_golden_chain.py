@@ -187,3 +187,117 @@ def test_a_nan_in_the_chain_s_quantization_is_refused():
                 p.values(x, True)
             with pytest.raises(ValueError, match="NaN or Inf"):
                 p.execute([x])
+
+
+# -- the int16 GEMM ------------------------------------------------------------------------
+def _i16_everywhere(monkeypatch):
+    """Every float64 layer whose codes and sums allow it runs the int16 GEMM (the size rule
+    off), so that the drawn models exercise it."""
+    monkeypatch.setattr(golden_plan, "I16_MIN", {1: 1, 2: 1})
+    monkeypatch.setattr(golden_plan, "I16_MIN_KN", {1: 1, 2: 1})
+
+
+def _kinds(p: golden_plan.Plan, work_n: int) -> list[int]:
+    return [op.kind for c in p._work(work_n).chains.values() for op in c[0]]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mlps(), st.booleans())
+def test_drawn_int16_gemms_equal_the_reference(monkeypatch, case, extremes):
+    """The int16 x int16 -> int32 GEMM (where the plan proves every partial sum under 2**31)
+    gives the float64 GEMM's codes; inputs at the type's ends when `extremes`."""
+    if native.loops().i16 == 0:
+        pytest.skip("no vector int16 kernel here")
+    sizes, relu, softmax, types, rows, seed = case
+    types = [t.replace("fixed<8,3", "fixed<16,6").replace("fixed<6,2", "fixed<14,5")
+             for t in types]  # mostly float64 layers
+    _i16_everywhere(monkeypatch)
+    c = mc.compile(import_model(_mlp(sizes, relu, softmax, seed)), precision=types[0],
+                   per_layer={f"fc{i}": {"result": t, "weight": t} for i, t in enumerate(types)})
+    g = c.graph
+    x = (2 * np.random.default_rng(seed).standard_normal((rows, sizes[0]))).astype(np.float32)
+    if extremes:
+        x[::2] = np.where(x[::2] > 0, 1e6, -1e6)  # saturated: qmax / qmin codes
+    codes = host.encode(c, x)
+    p = golden_plan.Plan(g)
+    want = reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+    got = p.execute([codes], inputs_are_codes=True)[g.outputs[0]]
+    event(f"int16 GEMMs: {_kinds(p, rows).count(native.OP_GEMM_I16)}")
+    assert np.array_equal(got, want), case
+    assert np.array_equal(p.execute([x])[g.outputs[0]], reference.execute(g, [x])[g.outputs[0]])
+
+
+def test_the_int16_gemm_runs_where_it_pays():
+    """The 16-bit 640-128-128-640 MLP: the int16 GEMM on its large layers (at the default
+    size rule), the float64 one on none of them; the reference's codes at its bound's ends."""
+    if native.loops().i16 == 0:
+        pytest.skip("no vector int16 kernel here")
+    c = mc.compile(import_model(_mlp([640, 128, 128, 640], [True, True, False], False, 8)),
+                   precision="fixed<16,6>")
+    p = golden_plan.Plan(c.graph)
+    x = np.random.default_rng(9).standard_normal((37, 640)).astype(np.float32) * 300
+    want = reference.execute(c.graph, [x])[c.graph.outputs[0]]
+    assert np.array_equal(p.execute([x])[c.graph.outputs[0]], want)
+    kinds = _kinds(p, 37)
+    assert kinds.count(native.OP_GEMM_I16) == 3 and native.OP_GEMM not in kinds, kinds
+
+
+@pytest.mark.parametrize("extra", [[], ["-mno-avx512f"], ["-mno-avx2"]],
+                         ids=["native", "avx2", "plain"])
+def test_each_int16_kernel_is_exact(tmp_path, monkeypatch, extra):
+    """Each of the three kernels (AVX-512 VNNI, AVX2, plain loops: whichever this CPU
+    builds) on odd shapes, row counts around its blocks, and codes at int16's ends whose
+    sums stay under 2**31 == an int64 product."""
+    import ctypes
+
+    from modelcircuit.util import native as build
+
+    monkeypatch.setenv("MODELCIRCUIT_CACHE", str(tmp_path))
+    from importlib import resources
+    src = resources.files("modelcircuit").joinpath("templates/golden/loops.c").read_text()
+    try:
+        path = build.shared_library(src, cc=build.compiler("CC", "gcc", "cc"),
+                                    flags=native.FLAGS + extra, kind="golden-test")
+    except build.BuildError as e:
+        pytest.skip(f"cannot build with {extra}: {e}")
+    L = native.Loops(ctypes.CDLL(str(path)))
+    if L.program is None:
+        pytest.skip(native.status())
+    rng = np.random.default_rng(len(extra))
+    for rows, k, n in [(1, 1, 1), (3, 33, 37), (4, 64, 64), (5, 7, 129), (9, 640, 17),
+                       (2, 2, 80), (6, 31, 15), (8, 128, 130)]:
+        x = rng.integers(-(1 << 15), 1 << 15, (rows, k))
+        x[0, :] = -(1 << 15)
+        wmax = max(1, min((1 << 15) - 1, ((1 << 31) - 1) // ((1 << 15) * k)))
+        w = rng.integers(-wmax, wmax + 1, (k, n))
+        w[:, 0] = -wmax  # the bound's end: |sum| = k * 2**15 * wmax < 2**31
+        kp = k + (k & 1)
+        pad = np.zeros((kp, n), np.int16)
+        pad[:k] = w
+        wp = np.ascontiguousarray(pad.reshape(kp // 2, 2, n).transpose(0, 2, 1))
+        xd = x.astype(np.float64)
+        z = np.empty((rows, kp), np.int16)
+        acc = np.empty((rows, n), np.int32)
+        y = np.empty((rows, n))
+        ops = (native.Op * 1)(native.Op(
+            kind=native.OP_GEMM_I16, dtype=native.DTYPES[np.dtype(np.float64)], k=k, n=n,
+            mode=native.EPI_NONE, x=xd.ctypes.data, y=y.ctypes.data, w=wp.ctypes.data,
+            b=None, lo=-np.inf, hi=np.inf, scale=0.25, z=z.ctypes.data, acc=acc.ctypes.data))
+        L.run(ops, 1, rows)
+        assert np.array_equal(y, (x @ w) * 0.25), (extra, rows, k, n)
+
+
+def test_the_arithmetic_says_where_int16_products_are_exact():
+    """arithmetic.choose marks a float64 sum int16-exact only where the input and weight
+    codes fit int16 and every partial sum is under 2**31 (what inspect's golden_gemm shows)."""
+    from modelcircuit.graphs import arithmetic
+
+    model = import_model(_mlp([64, 32, 16], [True, False], False, 10))
+    for prec, want in (("fixed<16,6>", True), ("fixed<20,8>", False), ("fixed<8,3>", False)):
+        c = mc.compile(model, precision=prec)
+        a = arithmetic.plan(c.graph)
+        assert a and all(x.int16 == want for x in a.values()), (prec, a)
+        assert all(("int16" in str(x)) == want for x in a.values())
+        for x in a.values():  # the bound that decided it
+            assert not x.int16 or x.gemm_bits <= 31

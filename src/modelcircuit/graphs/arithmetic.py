@@ -46,9 +46,14 @@ class Arithmetic:
     fused: bool
     gemm_bits: int   # bit length of the largest |partial sum| of the products alone
     fused_bits: int  # ... with the bias and the rounding offset, at the accumulator's point
+    # a fused float64 sum whose input and weight codes fit int16 and whose partial sums stay
+    # under 2**31: int16 x int16 products summed in int32 are exact too (the golden model's
+    # native chain runs it so where the CPU has the vector kernel: golden_plan.Plan._i16)
+    int16: bool = False
 
     def __str__(self) -> str:
-        return self.dtype + ("" if self.fused or self.dtype == INT64 else " (int64 bias)")
+        return self.dtype + ("" if self.fused or self.dtype == INT64 else " (int64 bias)") + (
+            " (int16 products)" if self.int16 else "")
 
 
 def product_bound(xt: FixedType, w: np.ndarray) -> int:
@@ -96,7 +101,9 @@ def choose(g: Graph, node: Node, force: str | None = None) -> Arithmetic:
                           p.bit_length(), total.bit_length())
     for dt, m in MANTISSA.items():
         if total < (1 << m) and fusable and s <= _MAX_SHIFT[dt]:
-            return Arithmetic(dt, True, p.bit_length(), total.bit_length())
+            i16 = (dt == "float64" and p < (1 << 31) and xt.qmin >= -(1 << 15)
+                   and xt.qmax < (1 << 15) and int(np.abs(w).max(initial=0)) < (1 << 15))
+            return Arithmetic(dt, True, p.bit_length(), total.bit_length(), i16)
         if p < (1 << m):
             return Arithmetic(dt, False, p.bit_length(), total.bit_length())
     return Arithmetic(INT64, False, p.bit_length(), total.bit_length())

@@ -59,6 +59,15 @@ _EXACT64 = 1 << 53
 # 64x64 array); np.clip where a numpy lacks it
 _clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None) or np.clip
 
+# the chain's int16 GEMM (Plan._i16) by its kernel (native.Loops.i16: 1 AVX2, 2 AVX-512
+# VNNI): layers with fan-in and outputs at least I16_MIN[level] and a weight matrix of at
+# least I16_MIN_KN[level] entries. Measured against OpenBLAS's dgemm, one thread, 256 rows
+# (Xeon with AVX-512 VNNI): VNNI 640x128 3.6x, 128x128 3.1x, 64x32 1.1x, 32x32 0.9x; AVX2
+# (the same machine, -mavx2) 640x128 2.0x, 128x128 2.4x, 64x32 0.7x. A fan-in at most
+# I16_MAX_K (each row's input pairs are copied to the stack).
+I16_MIN = {1: 64, 2: 32}
+I16_MIN_KN = {1: 1 << 14, 2: 1 << 11}
+I16_MAX_K = 1 << 14
 # a test hook: names of fast paths whose exactness bound is ignored (forced on), to show that
 # the tests catch a wrong bound (tests/graphs/test_golden_plan.py)
 FORCE: set[str] = set()
@@ -353,11 +362,23 @@ class Plan:
                     b is None or (b.dtype == dt and b.flags.c_contiguous)):
             k = w.shape[0]
             w_ptr = w.ctypes.data
+            i16 = self._i16(node, lp)
+            if i16 is not None:
+                wp, scale = i16
+                kp = k + (k & 1)
 
             def spec(work: _Work, x: Array) -> tuple[list[native.Op], Array] | None:
                 if x.ndim != 2 or x.shape[1] != k or x.dtype not in native.DTYPES:
                     return None
                 n = x.shape[0]
+                if i16 is not None:  # the exact int16 GEMM, reading x as it is held
+                    z = work.get((i, "z"), (n, kp), np.int16)
+                    acc = work.get((i, "acc"), (n, n_out), np.int32)
+                    y = work.get(i, (n, n_out), dt)
+                    return [native.Op(kind=native.OP_GEMM_I16, dtype=native.DTYPES[x.dtype],
+                                      k=k, n=n_out, mode=mode, x=work.ptr(x), y=work.ptr(y),
+                                      w=wp.ctypes.data, b=b_ptr, lo=lo, hi=hi, scale=scale,
+                                      z=work.ptr(z), acc=work.ptr(acc))], y
                 ops = []
                 if x.dtype != dt:  # the step's copyto: exact, codes within the GEMM's bound
                     xc = work.get((i, "x"), x.shape, dt)
@@ -373,6 +394,31 @@ class Plan:
 
             self.specs[i] = (spec, macs)
         return step
+
+    def _i16(self, node: Node, lp: ref.Linear) -> tuple[Array, float] | None:
+        """(w in the int16 GEMM's pairs, 2**e) where a float64 Dense may run as int16 x int16
+        products summed in int32 (loops.c's mc_gemm_i16): input and weight codes within int16,
+        every partial sum under 2**31 (the same bound that chose float64), layers where it
+        is faster (I16_MIN); else None. The sum times 2**e is the float64 GEMM's result."""
+        g = self.g
+        L = self.loops
+        tx, tw = _dtype(g, node.inputs[0]), _dtype(g, node.inputs[1])
+        out = self._fixed_out(node)
+        if (L is None or L.i16 not in I16_MIN or lp.arith is None or not lp.arith.int16
+                or lp.dtype != np.float64 or out is None or not isinstance(tx, FixedType)
+                or not isinstance(tw, FixedType)):
+            return None
+        k, n = lp.w.shape
+        if min(k, n) < I16_MIN[L.i16] or k * n < I16_MIN_KN[L.i16] or k > I16_MAX_K:
+            return None
+        e = out.frac - (tx.frac + tw.frac)
+        wi = np.ldexp(lp.w, -e)  # the weight codes (lp.w: codes times 2**e, exact)
+        assert np.all(wi == np.floor(wi)) and np.abs(wi).max(initial=0) < (1 << 15), node.name
+        kp = k + (k & 1)
+        pad = np.zeros((kp, n), np.int16)
+        pad[:k] = wi
+        wp = np.ascontiguousarray(pad.reshape(kp // 2, 2, n).transpose(0, 2, 1))
+        return wp, float(2.0 ** e)
 
     def _epilogue(self, lp: ref.Linear) -> Callable[[Array], bool] | None:
         """The fused bias, rounding and clamp of a Dense/Conv as one C loop, in place on its

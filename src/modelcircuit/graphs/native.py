@@ -45,7 +45,7 @@ Q_RINT, Q_FLOOR, Q_HALF_UP = 0, 1, 2
 R_TRN, R_RND, R_RND_CONV = 0, 1, 2
 A_NONE, A_FLOOR, A_HALF_UP, A_RINT = 0, 1, 2, 3
 # mc_program's ops and the types it holds codes in (loops.c)
-OP_GEMM, OP_CAST, OP_SOFTMAX, OP_QUANTIZE = 1, 2, 3, 4
+OP_GEMM, OP_CAST, OP_SOFTMAX, OP_QUANTIZE, OP_GEMM_I16 = 1, 2, 3, 4, 5
 DTYPES = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.int64): 2}
 
 
@@ -62,6 +62,7 @@ class Op(ctypes.Structure):
     _fields_ = ([(f, _I64) for f in ("kind", "dtype", "dtype2", "k", "n", "mode")]
                 + [(f, _P) for f in ("x", "y", "w", "b")]
                 + [(f, ctypes.c_double) for f in ("lo", "hi", "scale")]
+                + [(f, _P) for f in ("z", "acc")]
                 + [(f, _P) for f in ("exp_t", "rec_t")]
                 + [(f, _I64) for f in ("e_lo", "e_hi", "e_sh", "r_lo", "r_hi", "r_sh",
                                        "s_out", "req_mode", "q_lo", "q_hi")])
@@ -199,6 +200,9 @@ class Loops:
             self._blas_p = ctypes.addressof(self._blas)
             if not _chain_works(self):
                 self.program = None
+        # the int16 GEMM's kernel (0: plain loops, not used; 1: AVX2; 2: AVX-512 VNNI)
+        lib.mc_i16_level.restype = _INT
+        self.i16 = int(lib.mc_i16_level()) if self.program is not None else 0
 
     def run(self, ops: ctypes.Array | int, n_ops: int, rows: int,
             one_thread: bool = False) -> None:

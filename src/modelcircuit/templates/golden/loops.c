@@ -6,6 +6,9 @@
  * it equals a bound, as np.clip does, so a -0.0 stays -0.0 as there). */
 #include <math.h>
 #include <stdint.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 /* Dense/Conv epilogue, in place on a C-contiguous (rows, n) GEMM result:
  * y = clamp(round(y + b[j]), lo, hi); mode 0: no rounding, 1: floor, 2: rint (half to
@@ -216,6 +219,169 @@ void mc_requantize_sat_i64(int64_t *q, int64_t n, int s, int mode, int64_t lo, i
     for (int64_t i = 0; i < n; i++) q[i] = mc_req1(q[i], s, mode, below_mask, lo, hi);
 }
 
+/* An int16 x int16 GEMM with exact int32 sums (the chain's GEMM_I16): y (rows, n) = x (rows,
+ * kp) @ w, w given in pairs of rows, wp[q][j][0..1] = w[2q][j], w[2q+1][j] (kp even; a zero
+ * row pads an odd k). The plan uses it only where every partial sum is provably under 2**31
+ * in magnitude (arithmetic.Arithmetic.gemm_bits <= 31), so each pair's sum and every running
+ * total is exact (vpmaddwd's one overflow, 2 * (-32768)**2, is above that bound). A
+ * float64 GEMM does one multiply-add per lane of four; this does two per lane of eight: on a
+ * 16-bit 640x128 layer ~2x OpenBLAS's dgemm (bench/golden.py). Without AVX2: plain loops. */
+#ifdef __AVX2__
+#define I16_BLOCK(NV)                                                                  \
+    {                                                                                  \
+        __m256i a0[NV], a1[NV];                                                        \
+        for (int t = 0; t < NV; t++) a0[t] = a1[t] = _mm256_setzero_si256();           \
+        for (int64_t q = 0; q < kh; q++) {                                             \
+            const __m256i b0 = _mm256_set1_epi32(x0[q]), b1 = _mm256_set1_epi32(x1[q]); \
+            const __m256i *wq = (const __m256i *)(wp + (q * n + j) * 2);               \
+            for (int t = 0; t < NV; t++) {                                             \
+                const __m256i wv = _mm256_loadu_si256(wq + t);                         \
+                a0[t] = _mm256_add_epi32(a0[t], _mm256_madd_epi16(b0, wv));            \
+                a1[t] = _mm256_add_epi32(a1[t], _mm256_madd_epi16(b1, wv));            \
+            }                                                                          \
+        }                                                                              \
+        for (int t = 0; t < NV; t++) {                                                 \
+            _mm256_storeu_si256((__m256i *)(y + i * n + j + 8 * t), a0[t]);            \
+            _mm256_storeu_si256((__m256i *)(y + (i + 1) * n + j + 8 * t), a1[t]);      \
+        }                                                                              \
+    }
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+/* AVX-512 VNNI: vpdpwssd multiplies the pairs and adds into int32 in one instruction (32
+ * products per instruction against 16 in two for AVX2); four rows share each weight load. */
+#define I16_BLOCK512(NV)                                                               \
+    {                                                                                  \
+        __m512i a[4][NV];                                                              \
+        for (int r = 0; r < 4; r++)                                                    \
+            for (int t = 0; t < NV; t++) a[r][t] = _mm512_setzero_si512();             \
+        for (int64_t q = 0; q < kh; q++) {                                             \
+            __m512i b[4];                                                              \
+            for (int r = 0; r < 4; r++) b[r] = _mm512_set1_epi32(xq[r][q]);            \
+            const int16_t *wq = wp + (q * n + j) * 2;                                  \
+            for (int t = 0; t < NV; t++) {                                             \
+                const __m512i wv = _mm512_loadu_si512((const void *)(wq + 32 * t));    \
+                for (int r = 0; r < 4; r++)                                            \
+                    a[r][t] = _mm512_dpwssd_epi32(a[r][t], b[r], wv);                  \
+            }                                                                          \
+        }                                                                              \
+        for (int r = 0; r < 4; r++)                                                    \
+            for (int t = 0; t < NV; t++)                                               \
+                _mm512_storeu_si512((void *)(y + (i + r) * n + j + 16 * t), a[r][t]);  \
+    }
+#endif
+
+/* row i's pairs of x as int32s (the broadcast operand of vpmaddwd / vpdpwssd) */
+static inline void mc_pairs(const int16_t *x, int64_t i, int64_t kp, int32_t *out) {
+    for (int64_t q = 0; q < kp / 2; q++)
+        out[q] = (int32_t)((uint32_t)(uint16_t)x[i * kp + 2 * q] |
+                           ((uint32_t)(uint16_t)x[i * kp + 2 * q + 1] << 16));
+}
+
+static void mc_gemm_i16(const int16_t *x, const int16_t *wp, int32_t *y, int64_t rows,
+                        int64_t kp, int64_t n) {
+    const int64_t kh = kp / 2;
+    int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+    for (; i + 4 <= rows; i += 4) {
+        int32_t xq[4][kh > 0 ? kh : 1];
+        for (int r = 0; r < 4; r++) mc_pairs(x, i + r, kp, xq[r]);
+        int64_t j = 0;
+        for (; j + 64 <= n; j += 64) I16_BLOCK512(4)
+        for (; j + 16 <= n; j += 16) I16_BLOCK512(1)
+        if (j < n) { /* the last n - j < 16 columns: masked loads and stores */
+            const __mmask16 m16 = (__mmask16)((1u << (n - j)) - 1);
+            const __mmask32 m32 = (__mmask32)((1ull << (2 * (n - j))) - 1);
+            __m512i a[4];
+            for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_si512();
+            for (int64_t q = 0; q < kh; q++) {
+                const __m512i wv = _mm512_maskz_loadu_epi16(m32, wp + (q * n + j) * 2);
+                for (int r = 0; r < 4; r++)
+                    a[r] = _mm512_dpwssd_epi32(a[r], _mm512_set1_epi32(xq[r][q]), wv);
+            }
+            for (int r = 0; r < 4; r++)
+                _mm512_mask_storeu_epi32(y + (i + r) * n + j, m16, a[r]);
+        }
+    }
+#endif
+#ifdef __AVX2__
+    for (; i + 2 <= rows; i += 2) {
+        int32_t x0[kh > 0 ? kh : 1], x1[kh > 0 ? kh : 1];
+        mc_pairs(x, i, kp, x0);
+        mc_pairs(x, i + 1, kp, x1);
+        int64_t j = 0;
+        for (; j + 64 <= n; j += 64) I16_BLOCK(8)
+        for (; j + 8 <= n; j += 8) I16_BLOCK(1)
+        for (; j < n; j++) {
+            int32_t s0 = 0, s1 = 0;
+            for (int64_t q = 0; q < kh; q++) {
+                const int16_t *wv = wp + (q * n + j) * 2;
+                s0 += x[i * kp + 2 * q] * wv[0] + x[i * kp + 2 * q + 1] * wv[1];
+                s1 += x[(i + 1) * kp + 2 * q] * wv[0] + x[(i + 1) * kp + 2 * q + 1] * wv[1];
+            }
+            y[i * n + j] = s0;
+            y[(i + 1) * n + j] = s1;
+        }
+    }
+#endif
+    for (; i < rows; i++) {
+        const int16_t *xr = x + i * kp;
+        int32_t *yr = y + i * n;
+        for (int64_t j = 0; j < n; j++) yr[j] = 0;
+        for (int64_t q = 0; q < kh; q++) {
+            const int16_t *wq = wp + q * n * 2;
+            const int32_t a = xr[2 * q], b = xr[2 * q + 1];
+            for (int64_t j = 0; j < n; j++) yr[j] += a * wq[2 * j] + b * wq[2 * j + 1];
+        }
+    }
+}
+
+/* which kernel mc_gemm_i16 was built with: 0 plain loops, 1 AVX2, 2 AVX-512 VNNI */
+int mc_i16_level(void) {
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+    return 2;
+#elif defined(__AVX2__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* The codes (held as T) of a (rows, k) input as int16 rows of kp (exact: the plan checked
+ * they fit), a zero in the padding column. */
+#define TO_I16(T)                                                                      \
+    { const T *s = (const T *)o->x;                                                    \
+      for (int64_t r = 0; r < rows; r++) {                                             \
+          for (int64_t c = 0; c < o->k; c++) z[r * kp + c] = (int16_t)s[r * o->k + c]; \
+          if (kp != o->k) z[r * kp + o->k] = 0;                                        \
+      } }
+
+/* The epilogue of an int32 sum: y = clamp(round(acc * 2**e + b), lo, hi) in double (the
+ * product exact: |acc| < 2**31 and a power of two), as mc_epilogue_f64 on the float64 GEMM's
+ * exact result. */
+#define EPI_I32_LOOP(EXPR)                                                             \
+    for (int64_t i = 0; i < rows; i++) {                                               \
+        const int32_t *restrict a = acc + i * n;                                       \
+        double *restrict r = y + i * n;                                                \
+        for (int64_t j = 0; j < n; j++) {                                              \
+            double v = EXPR;                                                           \
+            r[j] = CLAMP(v, lo, hi);                                                   \
+        }                                                                              \
+    }
+static void mc_epilogue_i32(const int32_t *restrict acc, double *restrict y,
+                            const double *restrict b, int64_t rows, int64_t n, int mode,
+                            double scale, double lo, double hi) {
+    if (b) {
+        if (mode == 1) { EPI_I32_LOOP(floor((double)a[j] * scale + b[j])) }
+        else if (mode == 2) { EPI_I32_LOOP(rint((double)a[j] * scale + b[j])) }
+        else { EPI_I32_LOOP((double)a[j] * scale + b[j]) }
+    } else {
+        if (mode == 1) { EPI_I32_LOOP(floor((double)a[j] * scale)) }
+        else if (mode == 2) { EPI_I32_LOOP(rint((double)a[j] * scale)) }
+        else { EPI_I32_LOOP((double)a[j] * scale) }
+    }
+}
+
 /* A run of golden steps in one call (golden_plan's native chain): a Python step costs 5-10 us
  * of interpreter and ctypes work around a few us of arithmetic on a small layer, so an MLP of
  * small layers spent most of its time between the products. Each op is what its step does:
@@ -224,7 +390,8 @@ void mc_requantize_sat_i64(int64_t *q, int64_t n, int s, int mode, int64_t lo, i
  * converts codes between the exact forms they are held in; the Softmax is the loop above
  * and its requantization; the quantization of float inputs is the loop above (QUANTIZE: a
  * NaN or an infinity makes mc_program return nonzero before any other op runs). */
-enum { MC_OP_GEMM = 1, MC_OP_CAST = 2, MC_OP_SOFTMAX = 3, MC_OP_QUANTIZE = 4 };
+enum { MC_OP_GEMM = 1, MC_OP_CAST = 2, MC_OP_SOFTMAX = 3, MC_OP_QUANTIZE = 4,
+       MC_OP_GEMM_I16 = 5 };
 enum { MC_F64 = 0, MC_F32 = 1, MC_I64 = 2 };
 enum { MC_ROW_MAJOR = 101, MC_NO_TRANS = 111 };
 
@@ -234,7 +401,9 @@ typedef struct {
     void *x, *y;
     const void *w, *b;
     double lo, hi;               /* the epilogue's or the quantization's clamp */
-    double scale;                /* the quantization's 2**frac */
+    double scale;                /* the quantization's 2**frac; GEMM_I16: the sum's 2**e */
+    void *z, *acc;               /* GEMM_I16: the int16 input (rows, k rounded up to even)
+                                    and the int32 sums (rows, n) */
     const int64_t *exp_t, *rec_t;
     int64_t e_lo, e_hi, e_sh, r_lo, r_hi, r_sh;
     int64_t s_out, req_mode, q_lo, q_hi; /* the Softmax's requantization (s_out 0: none) */
@@ -326,6 +495,15 @@ static int mc_ops(const mc_op *ops, int64_t nops, int64_t rows, void *dgemm, voi
                 mc_epilogue_f32((float *)o->y, (const float *)o->b, rows, o->n, (int)o->mode,
                                 (float)o->lo, (float)o->hi);
             }
+        } else if (o->kind == MC_OP_GEMM_I16) {
+            int16_t *z = (int16_t *)o->z;
+            const int64_t kp = o->k + (o->k & 1);
+            if (o->dtype == MC_F64) TO_I16(double)
+            else if (o->dtype == MC_F32) TO_I16(float)
+            else TO_I16(int64_t)
+            mc_gemm_i16(z, (const int16_t *)o->w, (int32_t *)o->acc, rows, kp, o->n);
+            mc_epilogue_i32((const int32_t *)o->acc, (double *)o->y, (const double *)o->b,
+                            rows, o->n, (int)o->mode, o->scale, o->lo, o->hi);
         } else if (o->kind == MC_OP_CAST) {
             const int64_t cnt = rows * o->n;
             if (o->dtype == MC_F64 && o->dtype2 == MC_F32) CAST_LOOP(double, float)
