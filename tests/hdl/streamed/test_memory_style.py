@@ -62,7 +62,7 @@ def test_a_folded_window_dense_reads_the_held_window() -> None:
 def test_line_buffers_leave_lut_ram_to_the_fifos_when_it_runs_short() -> None:
     """Every FIFO counted first (one 16x4 cell per 4 bits of its token), then line buffers in
     design order while cells are left; none with no budget."""
-    from modelcircuit.hdl.streamed.lower import LUTRAM_MARGIN, budget_lut_ram, lutram_cells
+    from modelcircuit.hdl.streamed.memory import LUTRAM_MARGIN, budget_lut_ram, cells_of
 
     cg = compile_graph(graph_2d(), precision="fixed<12,5>", profile="ecp5-85k")
     fifo = None
@@ -72,7 +72,7 @@ def test_line_buffers_leave_lut_ram_to_the_fifos_when_it_runs_short() -> None:
         assert lbs and all(u.ram_style == "distributed" for u in lbs)
         fifo = sum(-(-t.width // 4) for _, u, _ in d.units for t in u.ins) + \
             -(-d.output.width // 4)
-        need = [(u.geo.kh - 1) * lutram_cells(u.ins[0].width, u.geo.wp) for u in lbs]
+        need = [(u.geo.kh - 1) * cells_of(u.ins[0].width, u.geo.wp) for u in lbs]
         if cells is None:  # room for the first line buffer only
             cells = -(-(fifo + need[0]) * 10 // int(LUTRAM_MARGIN * 10))
         budget_lut_ram(d, cells)

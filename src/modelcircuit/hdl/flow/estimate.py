@@ -98,6 +98,7 @@ from ..plan.cmvm import csd
 from ..plan.fold import coef_width, fold_multipliers, fold_shape
 from ..plan.schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
 from ..streamed.depthwise import is_folded
+from ..streamed.kind import flat_source
 from .devices import family
 
 # (width, depth) configurations of one block RAM, per family (pseudo-dual-port: one write
@@ -179,7 +180,7 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
         acc = (ConvAttrs if n.op == Op.CONV else DenseAttrs).of(n).acc
         accw = acc.width if acc else 32
         tx = g.tensor(n.inputs[0]).dtype
-        flat = _flat_source(g, n)
+        flat = flat_source(g, n)
         out.append({"node": n.name, "w": w, "wx": _width(g, n.inputs[0]), "flat": flat,
                     "sx": bool(getattr(tx, "signed", True)),
                     "ww": _width(g, n.inputs[1]), "wo": _width(g, n.outputs[0]),
@@ -212,14 +213,6 @@ def _recurrent_layer(g: Any, n: Any) -> dict[str, Any]:
     accw = (acc.width if acc else 32) + 2
     return {"node": n.name, "w": dense_weights(g)[n.name], "wx": wv, "flat": None, "sx": True,
             "ww": _width(g, n.inputs[1]), "wo": accw, "acc": accw + 1}
-
-
-def _flat_source(g: Any, n: Any) -> tuple[int, int] | None:
-    """(pixels, channels) when a streamed model's Dense takes a Flatten of a frame pixel by
-    pixel (hdl/streamed/dense.py FlatDense), else None."""
-    from ..streamed.kind import flat_source
-
-    return flat_source(g, n)
 
 
 def flat_cost(layer: dict[str, Any], r: int) -> LayerCost:

@@ -34,6 +34,7 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
 from ..plan.schedule import lutram_cells
+from ..streamed.memory import cells_of
 from .estimate import bram_tiles
 from .threshold_cost import threshold_costs, threshold_layers
 
@@ -120,7 +121,7 @@ def glue_cost(design: Any, mems: list[StreamMem]) -> tuple[int, int]:
             ff += u.pixels * u.ins[0].width
     for m in mems:
         if not m.block:  # LUT RAM; a line or row buffer's read registered
-            lut += 2 * -(-m.width // 4) * -(-m.depth // 16) + 8
+            lut += 2 * cells_of(m.width, m.depth) + 8
             ff += m.width if m.depth > 1 or m.kind != "fifo" else 0
         elif m.kind == "fifo":
             ff += m.width + 2 * int(m.depth).bit_length()
@@ -283,8 +284,6 @@ def stream_block(compiled: CompiledGraph, plan: dict[str, int], family_name: str
            "external": ext}
     cap = lutram_cells(compiled.profile)
     if cap:  # 16 x 4 LUT-RAM cells: shallow FIFOs, line and row buffers out of block RAM
-        from ..streamed.lower import lutram_cells as cells_of
-
         blk["lutram"] = {"cells": sum(cells_of(m.width, m.depth) for m in mems if not m.block),
                          "budget": cap}
     return blk, _stream_layer(lut, ff, lb)

@@ -57,6 +57,7 @@ from ..vector.lower import Options, lower_node
 from .attention import lower_attention, lower_layer_norm
 from .dense import FlatDense, conv_weights
 from .depthwise import depthwise_unit, is_depthwise
+from .memory import budget_lut_ram
 from .recurrent import RecurrentUnit, SelectUnit
 from .threshold import ThresholdFold, fold_thresholds
 from .top import INPUT, StreamDesign
@@ -517,38 +518,6 @@ def build_design(g: Graph, opt: Options) -> tuple[StreamDesign, list[int], list[
     oshape = list(g.tensor(g.outputs[0]).shape)
     budget_lut_ram(d, opt.schedule.lutram_cells)
     return d, list(shp), oshape
-
-
-# of the device's LUT-RAM cells, the share the streamed memories may take (the rest: room for
-# the placer, which packs them only into some slices)
-LUTRAM_MARGIN = 0.9
-
-
-def lutram_cells(width: int, depth: int) -> int:
-    """16 x 4 LUT-RAM cells of a width x depth memory."""
-    return -(-width // 4) * -(-depth // 16)
-
-
-def budget_lut_ram(d: StreamDesign, cells: int) -> None:
-    """Line and row buffers keep LUT RAM (units.ram_style) only within the device's LUT-RAM
-    cells, after every FIFO is counted as if shallow (one cell per 4 bits of its token: an
-    upper bound, their depths come later from the schedule); the rest go back to block RAM,
-    in design order. An 8-bit DS-CNN's depthwise line buffers (8 x 128 cells) on top of its
-    FIFOs were 2,633 of an ECP5-85k's 2,613 and nextpnr found no placement."""
-    if cells <= 0:
-        return
-    left = int(cells * LUTRAM_MARGIN) - sum(-(-t.width // 4) for _, u, _ in d.units for t in u.ins)
-    left -= -(-d.output.width // 4)
-    for _, u, _ in d.units:
-        if getattr(u, "ram_style", "block") != "distributed":
-            continue
-        depth, count = ((u.geo.wp, u.geo.kh - 1) if isinstance(u, WindowUnit)
-                        else (u.w, 1 if u.sh > 1 else 0))
-        need = count * lutram_cells(u.ins[0].width, depth)
-        if need <= left:
-            left -= need
-        else:
-            u.ram_style = "block"
 
 
 class StreamModel:
