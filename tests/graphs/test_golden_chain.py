@@ -294,10 +294,64 @@ def test_the_arithmetic_says_where_int16_products_are_exact():
     from modelcircuit.graphs import arithmetic
 
     model = import_model(_mlp([64, 32, 16], [True, False], False, 10))
-    for prec, want in (("fixed<16,6>", True), ("fixed<20,8>", False), ("fixed<8,3>", False)):
+    for prec, want in (("fixed<16,6>", True), ("fixed<20,8>", False), ("fixed<8,3>", True)):
         c = mc.compile(model, precision=prec)
         a = arithmetic.plan(c.graph)
         assert a and all(x.int16 == want for x in a.values()), (prec, a)
         assert all(("int16" in str(x)) == want for x in a.values())
         for x in a.values():  # the bound that decided it
             assert not x.int16 or x.gemm_bits <= 31
+
+
+def _cnn(cin: int, cout: int, k: int, stride: int, pad: int, seed: int) -> onnx.ModelProto:
+    """(cin, 9, 7) -> Conv k x k (cout) -> ReLU -> Conv 3x3 (cout) -> Flatten -> Gemm (5)."""
+    rng = np.random.default_rng(seed)
+    h, w = 9, 7
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in [
+        ("w1", rng.normal(0, 1 / np.sqrt(cin * k * k), (cout, cin, k, k))),
+        ("b1", rng.normal(0, 0.1, cout)),
+        ("w2", rng.normal(0, 1 / np.sqrt(cout * 9), (cout, cout, 3, 3))),
+        ("b2", rng.normal(0, 0.1, cout)),
+        ("wf", rng.normal(0, 0.1, (cout * oh * ow, 5))), ("bf", rng.normal(0, 0.1, 5))]]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[k, k],
+                              strides=[stride, stride], pads=[pad] * 4),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Flatten", ["c2"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"])]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", cin, h, w])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["N", 5])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,pad", [(4, 16, 3, 1, 1), (8, 32, 3, 2, 0),
+                                                   (3, 17, 5, 1, 2), (16, 16, 1, 1, 0)])
+@pytest.mark.parametrize("forced", [False, True])
+def test_int16_convolutions_equal_the_reference(monkeypatch, cin, cout, k, stride, pad, forced):
+    """The convolutions' window rows through the int16 GEMM (the default size rule, and
+    forced on every layer) == the reference, saturated inputs included."""
+    lp = native.loops()
+    if lp.i16 == 0:
+        pytest.skip("no vector int16 kernel here")
+    if forced:
+        _i16_everywhere(monkeypatch)
+    c = mc.compile(import_model(_cnn(cin, cout, k, stride, pad, cin + cout)),
+                   precision="fixed<16,6>")
+    g = c.graph
+    x = (3 * np.random.default_rng(k).standard_normal((6, cin, 9, 7))).astype(np.float32)
+    x[1] = 1e6
+    x[2] = -1e6
+    kinds: list[int] = []
+    run = lp.run
+    monkeypatch.setattr(lp, "run", lambda ops, n, rows, one=False: (
+        kinds.extend(o.kind for o in (ops if not isinstance(ops, int) else [])),
+        run(ops, n, rows, one)))
+    codes = host.encode(c, x)
+    want = reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+    got = golden_plan.Plan(g).execute([codes], inputs_are_codes=True)[g.outputs[0]]
+    assert np.array_equal(got, want)
+    if forced or cin * k * k >= 16:
+        assert native.OP_GEMM_I16 in kinds, kinds

@@ -46,9 +46,10 @@ class Arithmetic:
     fused: bool
     gemm_bits: int   # bit length of the largest |partial sum| of the products alone
     fused_bits: int  # ... with the bias and the rounding offset, at the accumulator's point
-    # a fused float64 sum whose input and weight codes fit int16 and whose partial sums stay
+    # a fused float sum whose input and weight codes fit int16 and whose partial sums stay
     # under 2**31: int16 x int16 products summed in int32 are exact too (the golden model's
-    # native chain runs it so where the CPU has the vector kernel: golden_plan.Plan._i16)
+    # native chain and convolutions run it so where the CPU has the vector kernel and the
+    # layer is large enough: golden_plan.Plan._i16)
     int16: bool = False
 
     def __str__(self) -> str:
@@ -101,8 +102,8 @@ def choose(g: Graph, node: Node, force: str | None = None) -> Arithmetic:
                           p.bit_length(), total.bit_length())
     for dt, m in MANTISSA.items():
         if total < (1 << m) and fusable and s <= _MAX_SHIFT[dt]:
-            i16 = (dt == "float64" and p < (1 << 31) and xt.qmin >= -(1 << 15)
-                   and xt.qmax < (1 << 15) and int(np.abs(w).max(initial=0)) < (1 << 15))
+            i16 = (p < (1 << 31) and xt.qmin >= -(1 << 15) and xt.qmax < (1 << 15)
+                   and int(np.abs(w).max(initial=0)) < (1 << 15))
             return Arithmetic(dt, True, p.bit_length(), total.bit_length(), i16)
         if p < (1 << m):
             return Arithmetic(dt, False, p.bit_length(), total.bit_length())

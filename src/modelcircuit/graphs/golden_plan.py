@@ -62,10 +62,11 @@ _clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None
 # the chain's int16 GEMM (Plan._i16) by its kernel (native.Loops.i16: 1 AVX2, 2 AVX-512
 # VNNI): layers with fan-in and outputs at least I16_MIN[level] and a weight matrix of at
 # least I16_MIN_KN[level] entries. Measured against OpenBLAS's dgemm, one thread, 256 rows
-# (Xeon with AVX-512 VNNI): VNNI 640x128 3.6x, 128x128 3.1x, 64x32 1.1x, 32x32 0.9x; AVX2
+# (Xeon with AVX-512 VNNI): VNNI 640x128 3.6x, 128x128 3.1x, 64x32 1.1x, 32x32 0.9x, 64x16
+# 0.9x, and at 4096 rows (convolutions) 144x16 2.7x, 576x64 5.2x, 27x16 1.3x; AVX2
 # (the same machine, -mavx2) 640x128 2.0x, 128x128 2.4x, 64x32 0.7x. A fan-in at most
 # I16_MAX_K (each row's input pairs are copied to the stack).
-I16_MIN = {1: 64, 2: 32}
+I16_MIN = {1: 64, 2: 16}
 I16_MIN_KN = {1: 1 << 14, 2: 1 << 11}
 I16_MAX_K = 1 << 14
 # a test hook: names of fast paths whose exactness bound is ignored (forced on), to show that
@@ -368,7 +369,7 @@ class Plan:
                 kp = k + (k & 1)
 
             def spec(work: _Work, x: Array) -> tuple[list[native.Op], Array] | None:
-                if x.ndim != 2 or x.shape[1] != k or x.dtype not in native.DTYPES:
+                if x.ndim != 2 or x.shape[1] != k or x.dtype not in native.HELD:
                     return None
                 n = x.shape[0]
                 if i16 is not None:  # the exact int16 GEMM, reading x as it is held
@@ -376,6 +377,7 @@ class Plan:
                     acc = work.get((i, "acc"), (n, n_out), np.int32)
                     y = work.get(i, (n, n_out), dt)
                     return [native.Op(kind=native.OP_GEMM_I16, dtype=native.DTYPES[x.dtype],
+                                      dtype2=native.DTYPES[np.dtype(dt)],
                                       k=k, n=n_out, mode=mode, x=work.ptr(x), y=work.ptr(y),
                                       w=wp.ctypes.data, b=b_ptr, lo=lo, hi=hi, scale=scale,
                                       z=work.ptr(z), acc=work.ptr(acc))], y
@@ -396,16 +398,16 @@ class Plan:
         return step
 
     def _i16(self, node: Node, lp: ref.Linear) -> tuple[Array, float] | None:
-        """(w in the int16 GEMM's pairs, 2**e) where a float64 Dense may run as int16 x int16
-        products summed in int32 (loops.c's mc_gemm_i16): input and weight codes within int16,
-        every partial sum under 2**31 (the same bound that chose float64), layers where it
-        is faster (I16_MIN); else None. The sum times 2**e is the float64 GEMM's result."""
+        """(w in the int16 GEMM's pairs, 2**e) where a fused Dense/Conv may run as int16 x
+        int16 products summed in int32 (loops.c's mc_gemm_i16): input and weight codes within
+        int16, every partial sum under 2**31 (arithmetic.Arithmetic.int16), layers where it
+        is faster (I16_MIN); else None. The sum times 2**e is the float GEMM's result."""
         g = self.g
         L = self.loops
         tx, tw = _dtype(g, node.inputs[0]), _dtype(g, node.inputs[1])
         out = self._fixed_out(node)
         if (L is None or L.i16 not in I16_MIN or lp.arith is None or not lp.arith.int16
-                or lp.dtype != np.float64 or out is None or not isinstance(tx, FixedType)
+                or lp.dtype not in native.I16_OUT or out is None or not isinstance(tx, FixedType)
                 or not isinstance(tw, FixedType)):
             return None
         k, n = lp.w.shape
@@ -476,16 +478,38 @@ class Plan:
                             if per_frame <= ref.IM2COL_ELEMENTS else
                             (1, max(1, ref.IM2COL_ELEMENTS // max(OW * K, 1))))
         dt = lp.dtype
+        # the window rows' GEMM as int16 x int16 -> int32 where exact and faster (_i16)
+        i16 = self._i16(node, lp)
+        L = self.loops
+        if i16 is not None:
+            wp, scale = i16
+            mode = native.EPI_MODES[lp.rounding]
+            b_ptr = None if lp.b is None else lp.b.ctypes.data
+            kp = K + (K & 1)
+
+            def gemm_i16(cols: Array, o: Array, work: _Work) -> None:
+                m = cols.shape[0]
+                z = cols if cols.dtype == np.int16 else work.get((i, "z"), (m, kp), np.int16)
+                acc = work.get((i, "acc"), (m, cout), np.int32)
+                ops = (native.Op * 1)(native.Op(
+                    kind=native.OP_GEMM_I16, dtype=native.DTYPES[cols.dtype],
+                    dtype2=native.DTYPES[np.dtype(dt)], k=K, n=cout,
+                    mode=mode, x=work.ptr(cols), y=o.ctypes.data, w=wp.ctypes.data, b=b_ptr,
+                    lo=lp.lo, hi=lp.hi, scale=scale, z=work.ptr(z), acc=work.ptr(acc)))
+                L.run(ops, 1, m)
+
+        # the windows straight into the int16 GEMM's rows where they need no padding column
+        cols_dt = np.dtype(np.int16) if i16 is not None and K % 2 == 0 else dt
 
         def step(g: Graph, ins: list[Array], work: _Work) -> Array:
             x = ins[0]
-            f = im2col.get((x.dtype, dt))
+            f = im2col.get((x.dtype, cols_dt))
             if f is None or not x.flags.c_contiguous:
                 return numpy_step(g, ins, work)
             n = x.shape[0]
             out = work.get(i, (n,) + shape, lp.out_dtype)
             nf0 = min(frames, n)
-            buf = work.get((i, "cols"), (nf0 * rows_per * OW, K), dt)
+            buf = work.get((i, "cols"), (nf0 * rows_per * OW, K), cols_dt)
             xp, bp, frame_bytes = work.ptr(x), work.ptr(buf), H * W * C * x.itemsize
             for f0 in range(0, n, nf0):
                 nf = min(nf0, n - f0)
@@ -495,7 +519,11 @@ class Plan:
                     f(xp + f0 * frame_bytes, bp, nf, H, W, C, OW, KH, KW, SH, SW, PT, PL,
                       o0, o0 + nr)
                     o = out[f0:f0 + nf].reshape(nf, OH * OW, cout)[:, o0 * OW:(o0 + nr) * OW]
-                    rows(buf[:m], o.reshape(m, cout))
+                    o = o.reshape(m, cout)
+                    if i16 is not None and o.flags.c_contiguous:
+                        gemm_i16(buf[:m], o, work)
+                    else:
+                        rows(buf[:m], o)
             return out
 
         return step
@@ -679,7 +707,7 @@ class Plan:
 
         if req_c and L is not None and L.program is not None:
             def spec(work: _Work, x: Array) -> tuple[list[native.Op], Array] | None:
-                if x.ndim != 2 or x.shape[1] < 1 or x.dtype not in native.DTYPES:
+                if x.ndim != 2 or x.shape[1] < 1 or x.dtype not in native.HELD:
                     return None
                 e = work.get((i, "e"), x.shape, np.int64)
                 return [native.Op(kind=native.OP_SOFTMAX, dtype=native.DTYPES[x.dtype],

@@ -36,7 +36,8 @@ _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 _INT = ctypes.c_int
 _FT = {np.dtype(np.float64): ctypes.c_double, np.dtype(np.float32): ctypes.c_float}
-_SFX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.int64): "i64"}
+_SFX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.int64): "i64",
+        np.dtype(np.int16): "i16"}
 # rounding modes of the C loops
 EPI_NONE, EPI_FLOOR, EPI_RINT = 0, 1, 2
 # reference.Linear.rounding -> the epilogue's mode
@@ -46,7 +47,12 @@ R_TRN, R_RND, R_RND_CONV = 0, 1, 2
 A_NONE, A_FLOOR, A_HALF_UP, A_RINT = 0, 1, 2, 3
 # mc_program's ops and the types it holds codes in (loops.c)
 OP_GEMM, OP_CAST, OP_SOFTMAX, OP_QUANTIZE, OP_GEMM_I16 = 1, 2, 3, 4, 5
-DTYPES = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.int64): 2}
+DTYPES = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.int64): 2,
+          np.dtype(np.int16): 3}
+# the forms the golden plan holds codes in (a chain's inputs and outputs)
+HELD = (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.int64))
+# the types an int16 GEMM's epilogue writes (the layer's fused float type)
+I16_OUT = (np.dtype(np.float64), np.dtype(np.float32))
 
 
 class _Blas(ctypes.Structure):
@@ -178,7 +184,7 @@ class Loops:
                 self.adds[(np.dtype(ta), np.dtype(tb))] = f
         self.im2col = {}
         for ti in (np.float32, np.float64, np.int64):
-            for to in (np.float32, np.float64):
+            for to in (np.float32, np.float64, np.int16):
                 f = getattr(lib, f"mc_im2col_{_SFX[np.dtype(ti)]}_{_SFX[np.dtype(to)]}")
                 f.argtypes = [_P, _P] + [_I64] * 13
                 f.restype = None

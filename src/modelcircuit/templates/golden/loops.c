@@ -210,6 +210,10 @@ IM2COL(double, float, mc_im2col_f64_f32)
 IM2COL(double, double, mc_im2col_f64_f64)
 IM2COL(int64_t, float, mc_im2col_i64_f32)
 IM2COL(int64_t, double, mc_im2col_i64_f64)
+/* straight into the int16 GEMM's input (golden_plan: an even window length only) */
+IM2COL(float, int16_t, mc_im2col_f32_i16)
+IM2COL(double, int16_t, mc_im2col_f64_i16)
+IM2COL(int64_t, int16_t, mc_im2col_i64_i16)
 
 /* Requantization of int64 codes in place (fixed.requantize for a saturating type and
  * 0 < s < 63): drop s bits with mode 0: floor (TRN), 1: + the first dropped bit (RND),
@@ -358,29 +362,33 @@ int mc_i16_level(void) {
 
 /* The epilogue of an int32 sum: y = clamp(round(acc * 2**e + b), lo, hi) in double (the
  * product exact: |acc| < 2**31 and a power of two), as mc_epilogue_f64 on the float64 GEMM's
- * exact result. */
-#define EPI_I32_LOOP(EXPR)                                                             \
+ * exact result; stored as TO (a float32 layer's values are integers under 2**24 once
+ * scaled, the bound that chose float32: exact, and its sum with b as exact as in float32). */
+#define EPI_I32_LOOP(TO, EXPR)                                                         \
     for (int64_t i = 0; i < rows; i++) {                                               \
         const int32_t *restrict a = acc + i * n;                                       \
-        double *restrict r = y + i * n;                                                \
+        TO *restrict r = y + i * n;                                                    \
         for (int64_t j = 0; j < n; j++) {                                              \
             double v = EXPR;                                                           \
-            r[j] = CLAMP(v, lo, hi);                                                   \
+            r[j] = (TO)CLAMP(v, lo, hi);                                               \
         }                                                                              \
     }
-static void mc_epilogue_i32(const int32_t *restrict acc, double *restrict y,
-                            const double *restrict b, int64_t rows, int64_t n, int mode,
-                            double scale, double lo, double hi) {
-    if (b) {
-        if (mode == 1) { EPI_I32_LOOP(floor((double)a[j] * scale + b[j])) }
-        else if (mode == 2) { EPI_I32_LOOP(rint((double)a[j] * scale + b[j])) }
-        else { EPI_I32_LOOP((double)a[j] * scale + b[j]) }
-    } else {
-        if (mode == 1) { EPI_I32_LOOP(floor((double)a[j] * scale)) }
-        else if (mode == 2) { EPI_I32_LOOP(rint((double)a[j] * scale)) }
-        else { EPI_I32_LOOP((double)a[j] * scale) }
+#define EPI_I32(TO, NAME)                                                              \
+    static void NAME(const int32_t *restrict acc, TO *restrict y, const TO *restrict b, \
+                     int64_t rows, int64_t n, int mode, double scale, double lo,       \
+                     double hi) {                                                      \
+        if (b) {                                                                       \
+            if (mode == 1) { EPI_I32_LOOP(TO, floor((double)a[j] * scale + (double)b[j])) } \
+            else if (mode == 2) { EPI_I32_LOOP(TO, rint((double)a[j] * scale + (double)b[j])) } \
+            else { EPI_I32_LOOP(TO, (double)a[j] * scale + (double)b[j]) }             \
+        } else {                                                                       \
+            if (mode == 1) { EPI_I32_LOOP(TO, floor((double)a[j] * scale)) }           \
+            else if (mode == 2) { EPI_I32_LOOP(TO, rint((double)a[j] * scale)) }       \
+            else { EPI_I32_LOOP(TO, (double)a[j] * scale) }                            \
+        }                                                                              \
     }
-}
+EPI_I32(double, mc_epilogue_i32_f64)
+EPI_I32(float, mc_epilogue_i32_f32)
 
 /* A run of golden steps in one call (golden_plan's native chain): a Python step costs 5-10 us
  * of interpreter and ctypes work around a few us of arithmetic on a small layer, so an MLP of
@@ -392,7 +400,7 @@ static void mc_epilogue_i32(const int32_t *restrict acc, double *restrict y,
  * NaN or an infinity makes mc_program return nonzero before any other op runs). */
 enum { MC_OP_GEMM = 1, MC_OP_CAST = 2, MC_OP_SOFTMAX = 3, MC_OP_QUANTIZE = 4,
        MC_OP_GEMM_I16 = 5 };
-enum { MC_F64 = 0, MC_F32 = 1, MC_I64 = 2 };
+enum { MC_F64 = 0, MC_F32 = 1, MC_I64 = 2, MC_I16 = 3 };
 enum { MC_ROW_MAJOR = 101, MC_NO_TRANS = 111 };
 
 typedef struct {
@@ -498,12 +506,19 @@ static int mc_ops(const mc_op *ops, int64_t nops, int64_t rows, void *dgemm, voi
         } else if (o->kind == MC_OP_GEMM_I16) {
             int16_t *z = (int16_t *)o->z;
             const int64_t kp = o->k + (o->k & 1);
-            if (o->dtype == MC_F64) TO_I16(double)
+            if (o->dtype == MC_I16) z = (int16_t *)o->x; /* already int16 rows of even k */
+            else if (o->dtype == MC_F64) TO_I16(double)
             else if (o->dtype == MC_F32) TO_I16(float)
             else TO_I16(int64_t)
             mc_gemm_i16(z, (const int16_t *)o->w, (int32_t *)o->acc, rows, kp, o->n);
-            mc_epilogue_i32((const int32_t *)o->acc, (double *)o->y, (const double *)o->b,
-                            rows, o->n, (int)o->mode, o->scale, o->lo, o->hi);
+            if (o->dtype2 == MC_F32)
+                mc_epilogue_i32_f32((const int32_t *)o->acc, (float *)o->y,
+                                    (const float *)o->b, rows, o->n, (int)o->mode, o->scale,
+                                    o->lo, o->hi);
+            else
+                mc_epilogue_i32_f64((const int32_t *)o->acc, (double *)o->y,
+                                    (const double *)o->b, rows, o->n, (int)o->mode, o->scale,
+                                    o->lo, o->hi);
         } else if (o->kind == MC_OP_CAST) {
             const int64_t cnt = rows * o->n;
             if (o->dtype == MC_F64 && o->dtype2 == MC_F32) CAST_LOOP(double, float)
