@@ -10,10 +10,11 @@ products summed over the fan-in pass 2**24) and fixed<8,3> (float32 GEMMs).
 
 golden = modelcircuit.run(compiled, x) (float in, float out: quantize, layers, decode), one call
 per batch (the prepared plan, graphs/golden_plan.py, with its C loops, graphs/native.py);
-GEMM bound = ort's time over the time of the model's GEMMs alone in the golden's arithmetic
-(the best ratio an exact golden model could reach there: a float64 GEMM is ~2.4x slower than
-onnxruntime's float32 one on this machine, so 16-bit models that are mostly GEMM stay below
-0.5x); interpreter = the same through
+GEMM bound = ort's time over the time of the model's GEMMs alone in the golden's float
+arithmetic through numpy (a float64 GEMM is ~2.4x slower than onnxruntime's float32 one, so
+16-bit models that are mostly GEMM stayed below 0.5x there): the golden model passes it where
+its layers run the exact int16 x int16 -> int32 GEMM of graphs/native.py instead (codes within
+int16, partial sums under 2**31; AVX2 or AVX-512 VNNI); interpreter = the same through
 reference.execute, node by node (what mc.run did before the plan; idle only); onnxruntime = the float32 model, one intra-op thread, the same batch in one call.
 Each is timed as the median of repeated calls (a shared machine: the median, not the best,
 says what a user sees), idle and beside a competing process started by this script (a second

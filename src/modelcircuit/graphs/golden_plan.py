@@ -68,7 +68,7 @@ _clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None
 # I16_MAX_K (each row's input pairs are copied to the stack).
 I16_MIN = {1: 64, 2: 16}
 I16_MIN_KN = {1: 1 << 14, 2: 1 << 11}
-I16_MAX_K = 1 << 14
+I16_MAX_K = 1 << 13
 # a test hook: names of fast paths whose exactness bound is ignored (forced on), to show that
 # the tests catch a wrong bound (tests/graphs/test_golden_plan.py)
 FORCE: set[str] = set()
