@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import modelcircuit as mc
 from modelcircuit.frontend.onnx.importer import import_model
-from modelcircuit.graphs import golden_plan, host, native, reference
+from modelcircuit.graphs import golden_chain, golden_plan, host, native, reference
 
 pytestmark = pytest.mark.skipif(native.loops() is None or native.loops().program is None,
                                 reason=f"no native chains here: {native.status()}")
@@ -193,8 +193,8 @@ def test_a_nan_in_the_chain_s_quantization_is_refused():
 def _i16_everywhere(monkeypatch):
     """Every float64 layer whose codes and sums allow it runs the int16 GEMM (the size rule
     off), so that the drawn models exercise it."""
-    monkeypatch.setattr(golden_plan, "I16_MIN", {1: 1, 2: 1})
-    monkeypatch.setattr(golden_plan, "I16_MIN_KN", {1: 1, 2: 1})
+    monkeypatch.setattr(golden_chain, "I16_MIN", {1: 1, 2: 1})
+    monkeypatch.setattr(golden_chain, "I16_MIN_KN", {1: 1, 2: 1})
 
 
 def _kinds(p: golden_plan.Plan, work_n: int) -> list[int]:

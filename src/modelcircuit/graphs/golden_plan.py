@@ -27,7 +27,6 @@ every model and a hypothesis draw of layer types across the float32/float64/int6
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import weakref
 from collections.abc import Callable
@@ -38,16 +37,14 @@ import numpy as np
 from . import fixed as fx
 from . import native
 from . import reference as ref
+from .golden_chain import Chain, Spec, Step, chain_steps, i16_weights
+from .golden_work import Work
 from .ir import Graph, GraphError, Node
 from .ops import AvgPoolAttrs, ConvAttrs, MaxPoolAttrs, Op, ReshapeAttrs, SoftmaxAttrs
-from .threads import PARALLEL_MACS, SINGLE_THREAD_MACS, golden_threads
+from .threads import SINGLE_THREAD_MACS, golden_threads
 from .types import FixedType, NumType, Overflow, Rounding
 
 Array = np.ndarray
-# work arrays kept between calls, per plan, thread and batch size: at most this many bytes
-# (memory stays bounded; beyond it arrays are fresh each call, and for work that large their
-# page faults are a small part of the time)
-KEEP_BYTES = 64 << 20
 # batch sizes whose work arrays are kept per plan and thread (a data set run in chunks has
 # two: the chunk and the last, shorter one; a server's batch buckets a few)
 KEEP_BATCHES = 4
@@ -59,16 +56,6 @@ _EXACT64 = 1 << 53
 # 64x64 array); np.clip where a numpy lacks it
 _clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None) or np.clip
 
-# the chain's int16 GEMM (Plan._i16) by its kernel (native.Loops.i16: 1 AVX2, 2 AVX-512
-# VNNI): layers with fan-in and outputs at least I16_MIN[level] and a weight matrix of at
-# least I16_MIN_KN[level] entries. Measured against OpenBLAS's dgemm, one thread, 256 rows
-# (Xeon with AVX-512 VNNI): VNNI 640x128 3.6x, 128x128 3.1x, 64x32 1.1x, 32x32 0.9x, 64x16
-# 0.9x, and at 4096 rows (convolutions) 144x16 2.7x, 576x64 5.2x, 27x16 1.3x; AVX2
-# (the same machine, -mavx2) 640x128 2.0x, 128x128 2.4x, 64x32 0.7x. A fan-in at most
-# I16_MAX_K (each row's input pairs are copied to the stack).
-I16_MIN = {1: 64, 2: 16}
-I16_MIN_KN = {1: 1 << 14, 2: 1 << 11}
-I16_MAX_K = 1 << 13
 # a test hook: names of fast paths whose exactness bound is ignored (forced on), to show that
 # the tests catch a wrong bound (tests/graphs/test_golden_plan.py)
 FORCE: set[str] = set()
@@ -90,142 +77,6 @@ def _holds(out: NumType, t: NumType) -> bool:
     identity)."""
     return (isinstance(out, FixedType) and isinstance(t, FixedType) and out.frac == t.frac
             and out.qmin <= t.qmin and out.qmax >= t.qmax)
-
-
-class _Work:
-    """The reused arrays of one plan, thread and batch size."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[Any, Array] = {}
-        self.kept = 0  # bytes
-        # the kept arrays' addresses for the C loops, by id (an array stays in `arrays`, so
-        # alive and its id its own, until replaced; then its entry goes): a.ctypes.data
-        # costs ~1-2 us a call, a tenth of a small layer's step
-        self.ptrs: dict[int, int] = {}
-        # native chains' ops by chain (golden_plan._chain_step), while their arrays are kept
-        self.chains: dict[Any, Any] = {}
-        self.fresh = 0  # arrays handed out but not kept (over KEEP_BYTES)
-
-    def get(self, key: Any, shape: tuple[int, ...], dtype: Any) -> Array:
-        dtype = np.dtype(dtype)
-        a = self.arrays.get(key)
-        if a is not None and a.shape == shape and a.dtype == dtype:
-            return a
-        a = np.empty(shape, dtype=dtype)
-        if self.kept + a.nbytes <= KEEP_BYTES:
-            old = self.arrays.get(key)
-            self.kept += a.nbytes - (0 if old is None else old.nbytes)
-            if old is not None:
-                self.ptrs.pop(id(old), None)
-            self.arrays[key] = a
-            self.ptrs[id(a)] = a.ctypes.data
-        else:
-            self.fresh += 1
-        return a
-
-    def ptr(self, a: Array) -> int:
-        p = self.ptrs.get(id(a))
-        return a.ctypes.data if p is None else p
-
-
-Step = Callable[[Graph, list[Array], _Work], Array]
-# a step as native ops (graphs/native.py, loops.c's mc_program): for an input array (its
-# shape, dtype, and its address as the first op's x), the ops and the output array, or None
-# where the step does not take that input (the chain then runs the steps); second: the
-# multiply-adds per row (the thread decision)
-Spec = tuple[Callable[["_Work", Array], "tuple[list[native.Op], Array] | None"], int]
-
-
-class _Chain:
-    """A run of steps as one native call (Plan._chains): the steps' ops, built per batch
-    size and input type and kept with the work arrays they point into."""
-
-    def __init__(self, plan: Plan, run: list[int], steps: list[Step]) -> None:
-        self.specs = [plan.specs[k] for k in run]
-        self.per_row = max(m for _s, m in self.specs)
-        self.steps = steps
-        self.L = plan.loops
-        assert self.L is not None
-        self.key = ("chain", run[0])
-        self.qkey = ("chain", run[0], "q")
-
-    def build(self, work: _Work, x: Array) -> tuple[Any, Array] | None:
-        ops: list[native.Op] = []
-        y = x
-        for spec, _m in self.specs:
-            r = spec(work, y)
-            if r is None:
-                return None
-            ops += r[0]
-            y = r[1]
-        return ops, y
-
-    def _ops(self, work: _Work, key: Any, x: Array, front: native.Op | None = None,
-             xin: Array | None = None) -> tuple[Any, Array, Any, Any] | None:
-        """The ops for codes x, with `front` (the quantization of floats xin into x) first
-        where given: (ops, output array, input shape, input dtype), kept in `work` while
-        their work arrays are."""
-        fresh = work.fresh
-        built = self.build(work, x)
-        if built is None:
-            return None
-        ops = ([front] if front is not None else []) + built[0]
-        xin = x if xin is None else xin
-        arr = (native.Op * len(ops))(*ops)
-        # (ops, output, input shape and dtype, the ops' address and count, the first op: the
-        # one that reads the input, its address set per call)
-        c = (arr, built[1], xin.shape, xin.dtype, ctypes.addressof(arr), len(ops), arr[0])
-        if work.fresh == fresh:  # its arrays are kept: the ops serve the next call
-            work.chains[key] = c
-        return c
-
-    def run(self, work: _Work, c: tuple[Any, ...], x: Array) -> None:
-        c[6].x = work.ptr(x)
-        n = x.shape[0]
-        macs = n * self.per_row  # the largest product's
-        if macs < SINGLE_THREAD_MACS:  # OpenBLAS runs it on one thread by itself
-            self.L.run(c[4], c[5], n)
-        elif self.L.sets_threads and macs < PARALLEL_MACS:  # threads_for: 1, set in C
-            self.L.run(c[4], c[5], n, True)
-        elif ref.has_threads():
-            ref.blas_threads(macs)
-            self.L.run(c[4], c[5], n)
-        else:  # called outside a golden run's thread control (from_floats)
-            with golden_threads() as t:
-                t.use(macs)
-                self.L.run(c[4], c[5], n)
-
-    def __call__(self, g: Graph, ins: list[Array], work: _Work) -> Array:
-        x = ins[0]
-        if not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
-        c = work.chains.get(self.key)
-        if c is None or c[2] != x.shape or c[3] != x.dtype:
-            c = self._ops(work, self.key, x)
-            if c is None:  # an input the ops do not take: the steps
-                for fn in self.steps:
-                    x = fn(g, [x], work)
-                return x
-        self.run(work, c, x)
-        return c[1]
-
-    def from_floats(self, work: _Work, x: Array, q: tuple[Any, ...], name: str) -> Array | None:
-        """Quantize float input x (C-contiguous; q: Plan._quant_loop's) and run the chain on
-        its codes in the same call; None where the ops do not take x."""
-        key = self.qkey
-        c = work.chains.get(key)
-        if c is None or c[2] != x.shape or c[3] != x.dtype:
-            _f, dt, scale, mode, lo, hi = q
-            r = work.get(("q", name, "r"), x.shape, dt)
-            front = native.Op(kind=native.OP_QUANTIZE, dtype=native.DTYPES[x.dtype],
-                              dtype2=native.DTYPES[np.dtype(dt)],
-                              n=x.size // max(x.shape[0], 1), mode=mode, y=work.ptr(r),
-                              scale=scale, lo=lo, hi=hi)
-            c = self._ops(work, key, r, front, x)
-            if c is None:
-                return None
-        self.run(work, c, x)
-        return c[1]
 
 
 class Plan:
@@ -257,15 +108,14 @@ class Plan:
             slot[node.outputs[0]] = len(slot)
             self.steps.append((step, ins, slot[node.outputs[0]]))
         self.n_slots = len(slot)
-        self._slot_of = slot
-        self.chained = self._chains(g)
+        self.chained = chain_steps(self.steps, self.specs, slot, g, self.loops)
         self.in_slots = [slot[n] for n in g.inputs]
         self.out_slots = [slot[n] for n in g.outputs]
         self.in_shapes = [tuple(g.tensor(n).shape) for n in g.inputs]
         # the whole plan one chain from its one input to its one output: a float input is
         # quantized in the same C call (_floats_in_one_call)
         whole = self.steps[0] if len(self.steps) == 1 else None
-        self.whole = whole[0] if (whole is not None and isinstance(whole[0], _Chain)
+        self.whole = whole[0] if (whole is not None and isinstance(whole[0], Chain)
                                   and len(self.in_slots) == 1 and len(self.out_slots) == 1
                                   and whole[1] == (self.in_slots[0],)
                                   and whole[2] == self.out_slots[0]) else None
@@ -342,7 +192,7 @@ class Plan:
         mode = native.EPI_MODES[lp.rounding]
         b_ptr = None if b is None else b.ctypes.data  # b is the plan's (lp keeps it alive)
 
-        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+        def step(g: Graph, ins: list[Array], work: Work) -> Array:
             x = ins[0]
             n = x.shape[0]
             if x.dtype != dt:
@@ -363,12 +213,12 @@ class Plan:
                     b is None or (b.dtype == dt and b.flags.c_contiguous)):
             k = w.shape[0]
             w_ptr = w.ctypes.data
-            i16 = self._i16(node, lp)
+            i16 = i16_weights(self.loops, self.g, node, lp)
             if i16 is not None:
                 wp, scale = i16
                 kp = k + (k & 1)
 
-            def spec(work: _Work, x: Array) -> tuple[list[native.Op], Array] | None:
+            def spec(work: Work, x: Array) -> tuple[list[native.Op], Array] | None:
                 if x.ndim != 2 or x.shape[1] != k or x.dtype not in native.HELD:
                     return None
                 n = x.shape[0]
@@ -397,31 +247,6 @@ class Plan:
             self.specs[i] = (spec, macs)
         return step
 
-    def _i16(self, node: Node, lp: ref.Linear) -> tuple[Array, float] | None:
-        """(w in the int16 GEMM's pairs, 2**e) where a fused Dense/Conv may run as int16 x
-        int16 products summed in int32 (loops.c's mc_gemm_i16): input and weight codes within
-        int16, every partial sum under 2**31 (arithmetic.Arithmetic.int16), layers where it
-        is faster (I16_MIN); else None. The sum times 2**e is the float GEMM's result."""
-        g = self.g
-        L = self.loops
-        tx, tw = _dtype(g, node.inputs[0]), _dtype(g, node.inputs[1])
-        out = self._fixed_out(node)
-        if (L is None or L.i16 not in I16_MIN or lp.arith is None or not lp.arith.int16
-                or lp.dtype not in native.I16_OUT or out is None or not isinstance(tx, FixedType)
-                or not isinstance(tw, FixedType)):
-            return None
-        k, n = lp.w.shape
-        if min(k, n) < I16_MIN[L.i16] or k * n < I16_MIN_KN[L.i16] or k > I16_MAX_K:
-            return None
-        e = out.frac - (tx.frac + tw.frac)
-        wi = np.ldexp(lp.w, -e)  # the weight codes (lp.w: codes times 2**e, exact)
-        assert np.all(wi == np.floor(wi)) and np.abs(wi).max(initial=0) < (1 << 15), node.name
-        kp = k + (k & 1)
-        pad = np.zeros((kp, n), np.int16)
-        pad[:k] = wi
-        wp = np.ascontiguousarray(pad.reshape(kp // 2, 2, n).transpose(0, 2, 1))
-        return wp, float(2.0 ** e)
-
     def _epilogue(self, lp: ref.Linear) -> Callable[[Array], bool] | None:
         """The fused bias, rounding and clamp of a Dense/Conv as one C loop, in place on its
         (rows, n) GEMM result (False where the loop does not take the array)."""
@@ -438,7 +263,7 @@ class Plan:
         shape = tuple(g.tensor(node.outputs[0]).shape)
         epilogue = self._epilogue(lp) if lp.w.ndim == 2 else None
         if epilogue is None:
-            def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+            def step(g: Graph, ins: list[Array], work: Work) -> Array:
                 out = work.get(i, (ins[0].shape[0],) + shape, lp.out_dtype)
                 return ref.conv(g, node, ins, out=out)
 
@@ -455,7 +280,7 @@ class Plan:
                 lp.finish(o)
             return o
 
-        def numpy_step(g: Graph, ins: list[Array], work: _Work) -> Array:
+        def numpy_step(g: Graph, ins: list[Array], work: Work) -> Array:
             out = work.get(i, (ins[0].shape[0],) + shape, lp.out_dtype)
             return ref.conv_rows(ins[0], a, out_sp, lp.dtype, cout, lp.out_dtype, rows, out)
 
@@ -479,7 +304,7 @@ class Plan:
                             (1, max(1, ref.IM2COL_ELEMENTS // max(OW * K, 1))))
         dt = lp.dtype
         # the window rows' GEMM as int16 x int16 -> int32 where exact and faster (_i16)
-        i16 = self._i16(node, lp)
+        i16 = i16_weights(self.loops, self.g, node, lp)
         L = self.loops
         if i16 is not None:
             wp, scale = i16
@@ -487,7 +312,7 @@ class Plan:
             b_ptr = None if lp.b is None else lp.b.ctypes.data
             kp = K + (K & 1)
 
-            def gemm_i16(cols: Array, o: Array, work: _Work) -> None:
+            def gemm_i16(cols: Array, o: Array, work: Work) -> None:
                 m = cols.shape[0]
                 z = cols if cols.dtype == np.int16 else work.get((i, "z"), (m, kp), np.int16)
                 acc = work.get((i, "acc"), (m, cout), np.int32)
@@ -501,7 +326,7 @@ class Plan:
         # the windows straight into the int16 GEMM's rows where they need no padding column
         cols_dt = np.dtype(np.int16) if i16 is not None and K % 2 == 0 else dt
 
-        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+        def step(g: Graph, ins: list[Array], work: Work) -> Array:
             x = ins[0]
             f = im2col.get((x.dtype, cols_dt))
             if f is None or not x.flags.c_contiguous:
@@ -563,7 +388,7 @@ class Plan:
         mode = {None: native.A_NONE, Rounding.TRN: native.A_FLOOR, Rounding.RND: native.A_HALF_UP,
                 Rounding.RND_CONV: native.A_RINT}[rounding]
 
-        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+        def step(g: Graph, ins: list[Array], work: Work) -> Array:
             a, b = ins
             y = work.get(i, a.shape, np.float64)
             if L is not None and L.add(a, b, y, ka, kb, mode, lo, hi):
@@ -592,7 +417,7 @@ class Plan:
         if out is None or not (_holds(out, _dtype(g, node.inputs[0])) or "relu" in FORCE):
             return None
 
-        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+        def step(g: Graph, ins: list[Array], work: Work) -> Array:
             x = ins[0]
             return np.maximum(x, 0, out=work.get(i, x.shape, x.dtype))
 
@@ -610,7 +435,7 @@ class Plan:
         r = len(a.kernel)
         offsets = list(np.ndindex(*a.kernel))
 
-        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+        def step(g: Graph, ins: list[Array], work: Work) -> Array:
             x = ins[0]
             y = work.get(i, (x.shape[0],) + out_sp + (x.shape[-1],), x.dtype)
             for j, k in enumerate(offsets):
@@ -645,7 +470,7 @@ class Plan:
         # a float64 sum of the codes is exact when it stays under 2**53
         f64_ok = _mag(t_in) * count < _EXACT64
 
-        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+        def step(g: Graph, ins: list[Array], work: Work) -> Array:
             x = ins[0]
             if x.dtype.kind == "f" and f64_ok:
                 acc = x.sum(axis=axes, dtype=np.float64, keepdims=True).astype(np.int64)
@@ -679,7 +504,7 @@ class Plan:
         smax = L.smax if L is not None else {}
         exp_p, rec_p = exp_t.ctypes.data, rec_t.ctypes.data  # the closure keeps the tables
 
-        def step(g: Graph, ins: list[Array], work: _Work) -> Array:
+        def step(g: Graph, ins: list[Array], work: Work) -> Array:
             x = ins[0]
             f = smax.get(x.dtype) if L is not None else None
             if f is not None and x.flags.c_contiguous and x.shape[-1] > 0:
@@ -706,7 +531,7 @@ class Plan:
             return fx.requantize(e, frac, out)
 
         if req_c and L is not None and L.program is not None:
-            def spec(work: _Work, x: Array) -> tuple[list[native.Op], Array] | None:
+            def spec(work: Work, x: Array) -> tuple[list[native.Op], Array] | None:
                 if x.ndim != 2 or x.shape[1] < 1 or x.dtype not in native.HELD:
                     return None
                 e = work.get((i, "e"), x.shape, np.int64)
@@ -720,50 +545,19 @@ class Plan:
             self.specs[i] = (spec, 0)
         return step
 
-    # -- native chains -------------------------------------------------------------------
-    def _chains(self, g: Graph) -> int:
-        """Replace each run of two or more steps that have native specs, each reading only
-        the one before it (whose output nothing else reads and is no graph output), by one
-        step running them as one C call (loops.c's mc_program). Returns the steps so run."""
-        readers: dict[int, int] = {}
-        for _fn, ins, _o in self.steps:
-            for k in ins:
-                readers[k] = readers.get(k, 0) + 1
-        outs = {self._slot_of[n] for n in g.outputs if n in self._slot_of}
-        runs: list[list[int]] = []
-        for i, (_fn, ins, _o) in enumerate(self.steps):
-            prev = runs[-1][-1] if runs else None
-            if i not in self.specs:
-                continue
-            p_out = self.steps[prev][2] if prev is not None else None
-            if (prev == i - 1 and ins == (p_out,) and readers.get(p_out) == 1
-                    and p_out not in outs):
-                runs[-1].append(i)
-            else:
-                runs.append([i])
-        done = 0
-        for run in reversed(runs):
-            if len(run) < 2 or len(self.steps[run[0]][1]) != 1:
-                continue
-            first, last = run[0], run[-1]
-            step = _Chain(self, run, [self.steps[k][0] for k in run])
-            self.steps[first:last + 1] = [(step, self.steps[first][1], self.steps[last][2])]
-            done += len(run)
-        return done
-
     def _reshape(self, i: int, node: Node) -> Step:
         shape = ReshapeAttrs.of(node).shape
         return lambda g, ins, w: ins[0].reshape((ins[0].shape[0],) + tuple(shape))
 
     # -- running ------------------------------------------------------------------------
-    def _work(self, n: int) -> _Work:
+    def _work(self, n: int) -> Work:
         d = self._local.__dict__
-        works: dict[int, _Work] = d.setdefault("works", {})
+        works: dict[int, Work] = d.setdefault("works", {})
         w = works.get(n)
         if w is None:
             while len(works) >= KEEP_BATCHES:
                 works.pop(next(iter(works)))
-            w = works[n] = _Work()
+            w = works[n] = Work()
         else:  # most recently used last
             works[n] = works.pop(n)
         return w
