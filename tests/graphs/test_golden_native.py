@@ -249,3 +249,40 @@ def test_library_is_cached_per_source(tmp_path, monkeypatch):
     assert p1.stat().st_mtime_ns == mtime and p1.parent == tmp_path / "golden"
     p2 = unative.shared_library(src + "\n", cc=cc, flags=native.FLAGS, kind="golden")
     assert p2 != p1
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_threshold_loop_counts_like_searchsorted(dtype):
+    """mc_threshold: per element, base + the steps of the thresholds <= x (r = i mod rows),
+    as reference.threshold computes it: evenly spaced thresholds (the guess), uneven and
+    duplicated ones (the binary search), K = 1, one row, values on, between and beyond the
+    thresholds."""
+    from modelcircuit.graphs import golden_plan
+
+    lp = native.loops()
+    rng = np.random.default_rng(11)
+    for rows, k, kind in [(16, 255, "even"), (3, 7, "uneven"), (1, 1, "even"), (5, 31, "dup"),
+                          (1, 255, "uneven"), (4, 2, "dup")]:
+        if kind == "even":
+            thr = (rng.integers(-500, 500, (rows, 1)) + np.arange(k) * rng.integers(1, 900)
+                   + rng.integers(0, 2, (rows, k)))
+        elif kind == "dup":
+            thr = np.sort(rng.integers(-20, 20, (rows, k)), axis=1)
+        else:
+            thr = np.cumsum(rng.integers(0, 1000, (rows, k)) ** 2 // 1000, axis=1) - 3000
+        thr = rng.permuted(thr, axis=1)  # unsorted, as a model gives them
+        steps = rng.integers(-2, 3, (rows, k))
+        base = rng.integers(-5, 5, rows)
+        lo, hi = int(thr.min()) - 3, int(thr.max()) + 3
+        x = np.concatenate([rng.integers(lo, hi + 1, 4000), thr.ravel(), thr.ravel() - 1])
+        x = x[: (x.size // rows) * rows].astype(dtype)
+        ts, tab, inv = golden_plan.threshold_tables(thr, steps, base)
+        out = np.empty(x.shape, np.int64)
+        lp.thresh[np.dtype(dtype)](x.ctypes.data, out.ctypes.data, x.size, rows,
+                                   ts.ctypes.data, k, tab.ctypes.data, inv.ctypes.data)
+        xi = x.astype(np.int64).reshape(-1, rows)
+        want = np.empty_like(xi)
+        for r in range(rows):
+            want[:, r] = base[r] + np.array([steps[r][thr[r] <= v].sum() for v in xi[:, r]])
+        assert np.array_equal(out.reshape(-1, rows), want), (rows, k, kind)

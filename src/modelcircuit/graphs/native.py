@@ -189,6 +189,12 @@ class Loops:
                 f.argtypes = [_P, _P] + [_I64] * 13
                 f.restype = None
                 self.im2col[(np.dtype(ti), np.dtype(to))] = f
+        self.thresh = {}
+        for dt in (np.float64, np.float32, np.int64):
+            f = getattr(lib, f"mc_threshold_{_SFX[np.dtype(dt)]}")
+            f.argtypes = [_P, _P, _I64, _I64, _P, _I64, _P, _P]
+            f.restype = None
+            self.thresh[np.dtype(dt)] = f
         self.req = lib.mc_requantize_sat_i64
         self.req.argtypes = [_P, _I64, _INT, _INT, _I64, _I64]
         self.req.restype = None
