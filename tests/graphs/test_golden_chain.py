@@ -355,3 +355,52 @@ def test_int16_convolutions_equal_the_reference(monkeypatch, cin, cout, k, strid
     assert np.array_equal(got, want)
     if forced or cin * k * k >= 16:
         assert native.OP_GEMM_I16 in kinds, kinds
+
+
+def _depthwise(c: int, m: int, k: int, stride: int, pad: int, one_d: bool, seed: int
+               ) -> onnx.ModelProto:
+    """A depthwise Conv (group = c, c*m outputs) -> ReLU -> a 1x1 Conv (4)."""
+    rng = np.random.default_rng(seed)
+    ks = [k] if one_d else [k, k]
+    shp = ["N", c, 11] if one_d else ["N", c, 9, 7]
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in [
+        ("w1", rng.normal(0, 0.5, (c * m, 1, *ks))), ("b1", rng.normal(0, 0.2, c * m)),
+        ("w2", rng.normal(0, 0.3, (4, c * m) + (1,) * len(ks)))]]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["d"], kernel_shape=ks, group=c,
+                              strides=[stride] * len(ks), pads=[pad] * 2 * len(ks)),
+             helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], kernel_shape=[1] * len(ks))]
+    g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      shp)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("c,m,k,stride,pad,one_d", [(8, 1, 3, 1, 1, False),
+                                                    (5, 2, 3, 2, 0, False),
+                                                    (16, 1, 5, 1, 2, True),
+                                                    (3, 3, 1, 1, 0, False)])
+@pytest.mark.parametrize("prec", ["fixed<8,3>", "fixed<16,6>", "fixed<24,10>"])
+def test_depthwise_loop_equals_the_reference(monkeypatch, c, m, k, stride, pad, one_d, prec):
+    """The depthwise C loop (loops.c mc_dwconv): multipliers, strides, padding, 1-D, float32
+    and float64 sums (int64 ones run the reference), saturated inputs == the reference."""
+    lp = native.loops()
+    calls: list[int] = []
+    table = {key: (lambda f: lambda *a: (calls.append(1), f(*a)))(f)
+             for key, f in lp.dwconv.items()}
+    monkeypatch.setattr(lp, "dwconv", table)
+    model = import_model(_depthwise(c, m, k, stride, pad, one_d, c * m + k))
+    cc = mc.compile(model, precision=prec)
+    g = cc.graph
+    x = (2 * np.random.default_rng(c).standard_normal((5, *host.input_shape(cc)))
+         ).astype(np.float32)
+    x[1] = 1e6
+    x[2] = -1e6
+    codes = host.encode(cc, x)
+    want = reference.execute(g, [codes], inputs_are_codes=True)[g.outputs[0]]
+    got = golden_plan.Plan(g).execute([codes], inputs_are_codes=True)[g.outputs[0]]
+    assert np.array_equal(got, want)
+    from modelcircuit.graphs import arithmetic
+
+    dw = next(n for n in g.nodes if n.op == "Conv")  # the depthwise one comes first
+    assert bool(calls) == arithmetic.plan(g)[dw.name].fused, (prec, calls)

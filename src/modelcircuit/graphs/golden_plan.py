@@ -262,6 +262,9 @@ class Plan:
         g = self.g
         lp = ref.conv_linear(g, node)
         shape = tuple(g.tensor(node.outputs[0]).shape)
+        dw = self._depthwise(i, node, lp, shape)
+        if dw is not None:
+            return dw
         epilogue = self._epilogue(lp) if lp.w.ndim == 2 else None
         if epilogue is None:
             def step(g: Graph, ins: list[Array], work: Work) -> Array:
@@ -329,9 +332,11 @@ class Plan:
 
         def step(g: Graph, ins: list[Array], work: Work) -> Array:
             x = ins[0]
+            if not x.flags.c_contiguous:  # (a strided view of the caller's codes)
+                x = np.ascontiguousarray(x)
             f = im2col.get((x.dtype, cols_dt))
-            if f is None or not x.flags.c_contiguous:
-                return numpy_step(g, ins, work)
+            if f is None:
+                return numpy_step(g, [x], work)
             n = x.shape[0]
             out = work.get(i, (n,) + shape, lp.out_dtype)
             nf0 = min(frames, n)
@@ -350,6 +355,54 @@ class Plan:
                         gemm_i16(buf[:m], o, work)
                     else:
                         rows(buf[:m], o)
+            return out
+
+        return step
+
+    def _depthwise(self, i: int, node: Node, lp: ref.Linear, shape: tuple[int, ...]
+                   ) -> Step | None:
+        """A depthwise Conv (group = C, one input channel per group) as one C loop over the
+        taps (loops.c mc_dwconv) and the epilogue, where its arithmetic is fused."""
+        g = self.g
+        L = self.loops
+        a = ConvAttrs.of(node)
+        shape_in = tuple(g.tensor(node.inputs[0]).shape)
+        C = shape_in[-1]
+        if (L is None or lp.arith is None or not lp.arith.fused or lp.w.ndim != 3
+                or a.group != C or C < 2 or len(a.kernel) > 2
+                or lp.w.shape[:2] != (C, int(np.prod(a.kernel)))
+                or any(d != 1 for d in getattr(a, "dilations", None) or ())):
+            return None
+        dt = lp.dtype
+        M = lp.w.shape[2]
+        kk = lp.w.shape[1]
+        w2 = np.ascontiguousarray(lp.w.transpose(1, 0, 2).reshape(kk, C * M), dtype=dt)
+        two = len(a.kernel) == 2
+        (H, W), (KH, KW), (SH, SW) = ((shape_in[0], shape_in[1]), a.kernel, a.strides) if two \
+            else ((1, shape_in[0]), (1, a.kernel[0]), (1, a.strides[0]))
+        PT, PL = (a.pads[0], a.pads[1]) if two else (0, a.pads[0])
+        OH, OW = (shape[0], shape[1]) if two else (1, shape[0])
+        epi = L.epi.get(np.dtype(dt))
+        if epi is None:
+            return None
+        mode = native.EPI_MODES[lp.rounding]
+        b_ptr = None if lp.b is None else lp.b.ctypes.data
+        w_ptr = w2.ctypes.data
+
+        def step(g: Graph, ins: list[Array], work: Work,
+                 _keep: Array = w2) -> Array:  # the reordered weights stay alive
+            x = ins[0]
+            if not x.flags.c_contiguous:  # (a strided view of the caller's codes)
+                x = np.ascontiguousarray(x)
+            f = L.dwconv.get((x.dtype, np.dtype(dt)))
+            if f is None:
+                out = work.get(i, (x.shape[0],) + shape, lp.out_dtype)
+                return ref.conv(g, node, ins, out=out)
+            n = x.shape[0]
+            out = work.get(i, (n,) + shape, dt)
+            op = work.ptr(out)
+            f(work.ptr(x), op, w_ptr, n, H, W, C, M, OH, OW, KH, KW, SH, SW, PT, PL)
+            epi(op, b_ptr, n * OH * OW, C * M, mode, lp.lo, lp.hi)
             return out
 
         return step

@@ -189,6 +189,13 @@ class Loops:
                 f.argtypes = [_P, _P] + [_I64] * 13
                 f.restype = None
                 self.im2col[(np.dtype(ti), np.dtype(to))] = f
+        self.dwconv = {}
+        for ti in (np.float32, np.float64, np.int64):
+            for to in (np.float32, np.float64):
+                f = getattr(lib, f"mc_dwconv_{_SFX[np.dtype(ti)]}_{_SFX[np.dtype(to)]}")
+                f.argtypes = [_P, _P, _P] + [_I64] * 13
+                f.restype = None
+                self.dwconv[(np.dtype(ti), np.dtype(to))] = f
         self.thresh = {}
         for dt in (np.float64, np.float32, np.int64):
             f = getattr(lib, f"mc_threshold_{_SFX[np.dtype(dt)]}")

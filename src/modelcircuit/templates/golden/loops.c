@@ -247,6 +247,46 @@ THRESHOLD(double, mc_threshold_f64)
 THRESHOLD(float, mc_threshold_f32)
 THRESHOLD(int64_t, mc_threshold_i64)
 
+/* Depthwise convolution (group = C, one input channel per group, M outputs per channel),
+ * channels-last, zero padding skipped: y (frames, OH, OW, C*M) = the sum over the taps of
+ * x * w, w as (KH*KW, C*M) (output o = c*M + j reads channel c), in T: exact, the plan's
+ * bound (arithmetic.choose) covers every partial sum in any order; the epilogue follows as
+ * for a GEMM. Where numpy formed (C, K) windows and C small batched products. */
+#define DWCONV(TI, T, NAME)                                                            \
+    void NAME(const TI *restrict x, T *restrict y, const T *restrict w, int64_t frames, \
+              int64_t H, int64_t W, int64_t C, int64_t M, int64_t OH, int64_t OW,       \
+              int64_t KH, int64_t KW, int64_t SH, int64_t SW, int64_t PT, int64_t PL) { \
+        const int64_t CO = C * M;                                                      \
+        for (int64_t f = 0; f < frames; f++)                                           \
+            for (int64_t oh = 0; oh < OH; oh++)                                        \
+                for (int64_t ow = 0; ow < OW; ow++) {                                  \
+                    T *restrict yo = y + ((f * OH + oh) * OW + ow) * CO;               \
+                    for (int64_t o = 0; o < CO; o++) yo[o] = (T)0;                     \
+                    for (int64_t kh = 0; kh < KH; kh++) {                              \
+                        const int64_t ih = oh * SH + kh - PT;                          \
+                        if (ih < 0 || ih >= H) continue;                               \
+                        for (int64_t kw = 0; kw < KW; kw++) {                          \
+                            const int64_t iw = ow * SW + kw - PL;                      \
+                            if (iw < 0 || iw >= W) continue;                           \
+                            const TI *restrict xp = x + ((f * H + ih) * W + iw) * C;   \
+                            const T *restrict wt = w + (kh * KW + kw) * CO;            \
+                            if (M == 1)                                                \
+                                for (int64_t c = 0; c < C; c++)                        \
+                                    yo[c] += (T)xp[c] * wt[c];                         \
+                            else                                                       \
+                                for (int64_t o = 0; o < CO; o++)                       \
+                                    yo[o] += (T)xp[o / M] * wt[o];                     \
+                        }                                                              \
+                    }                                                                  \
+                }                                                                      \
+    }
+DWCONV(float, float, mc_dwconv_f32_f32)
+DWCONV(double, float, mc_dwconv_f64_f32)
+DWCONV(int64_t, float, mc_dwconv_i64_f32)
+DWCONV(float, double, mc_dwconv_f32_f64)
+DWCONV(double, double, mc_dwconv_f64_f64)
+DWCONV(int64_t, double, mc_dwconv_i64_f64)
+
 /* Requantization of int64 codes in place (fixed.requantize for a saturating type and
  * 0 < s < 63): drop s bits with mode 0: floor (TRN), 1: + the first dropped bit (RND),
  * 2: half to even (RND_CONV); clamp to [lo, hi]. */
