@@ -386,8 +386,10 @@ def test_depthwise_loop_equals_the_reference(monkeypatch, c, m, k, stride, pad, 
     and float64 sums (int64 ones run the reference), saturated inputs == the reference."""
     lp = native.loops()
     calls: list[int] = []
-    table = {key: (lambda f: lambda *a: (calls.append(1), f(*a)))(f)
-             for key, f in lp.dwconv.items()}
+    def counted(f):
+        return lambda *a: (calls.append(1), f(*a))
+
+    table = {key: counted(f) for key, f in lp.dwconv.items()}
     monkeypatch.setattr(lp, "dwconv", table)
     model = import_model(_depthwise(c, m, k, stride, pad, one_d, c * m + k))
     cc = mc.compile(model, precision=prec)
