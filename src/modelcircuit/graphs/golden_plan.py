@@ -793,11 +793,11 @@ class Plan:
 
 def threshold_tables(thr: Array, steps: Array, base: Array) -> tuple[Array, Array, Array]:
     """MultiThreshold's tables for the C loop (loops.c mc_threshold): each row's thresholds
-    sorted; base plus the prefix sums of their steps in that order (K + 1 per row); the
+    sorted, between an INT64_MIN and an INT64_MAX sentinel; base plus the prefix sums of their steps in that order (K + 1 per row); the
     inverse mean spacing (K - 1) / span per row (0 where the span is 0), its first guess."""
     rows, k = thr.shape
     order = np.argsort(thr, axis=-1, kind="stable")
-    ts = np.ascontiguousarray(np.take_along_axis(thr, order, axis=-1), dtype=np.int64)
+    ts = np.take_along_axis(thr, order, axis=-1).astype(np.int64)
     cs = np.cumsum(np.take_along_axis(np.broadcast_to(steps, thr.shape), order, axis=-1),
                    axis=-1)
     tab = np.concatenate([np.zeros((rows, 1), np.int64), cs], axis=-1)
@@ -805,6 +805,9 @@ def threshold_tables(thr: Array, steps: Array, base: Array) -> tuple[Array, Arra
     tab = np.ascontiguousarray(tab + np.broadcast_to(b, tab.shape), dtype=np.int64)
     span = (ts[:, -1] - ts[:, 0]).astype(np.float64)
     inv = np.ascontiguousarray(np.where(span > 0, (k - 1) / np.where(span > 0, span, 1), 0.0))
+    info = np.iinfo(np.int64)
+    ts = np.ascontiguousarray(np.concatenate(  # between sentinels (the C loop's one test)
+        [np.full((rows, 1), info.min), ts, np.full((rows, 1), info.max)], axis=1))
     return ts, tab, inv
 
 

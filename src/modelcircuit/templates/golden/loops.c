@@ -215,22 +215,25 @@ IM2COL(float, int16_t, mc_im2col_f32_i16)
 IM2COL(double, int16_t, mc_im2col_f64_i16)
 IM2COL(int64_t, int16_t, mc_im2col_i64_i16)
 
-/* MultiThreshold (reference.threshold): out[i] = tab[r][count of ts[r] <= x[i]], r = i mod
- * rows (a per-channel quantizer over the last axis, one row per element, or rows = 1); ts:
- * each row's K >= 1 thresholds sorted, tab: base plus the prefix sums of their steps (K + 1
- * per row); inv[r]: (K - 1) / (ts[r][K-1] - ts[r][0]) or 0. A quantizer's thresholds are
- * nearly evenly spaced, so the count is first guessed from that spacing and accepted where
- * ts[g-1] <= x < ts[g] holds (exact by that check); else a branchless binary search. */
+/* MultiThreshold (reference.threshold): out[i] = tab[r][count of thresholds <= x[i]], r = i
+ * mod rows (a per-channel quantizer over the last axis, one row per element, or rows = 1);
+ * ts: each row's K >= 1 thresholds sorted between two sentinels (INT64_MIN, ..., INT64_MAX:
+ * K + 2 per row), tab: base plus the prefix sums of their steps (K + 1 per row); inv[r]:
+ * (K - 1) / (t[K-1] - t[0]) or 0. A quantizer's thresholds are nearly evenly spaced, so the
+ * count g is first guessed from that spacing and accepted where t[g-1] <= x < t[g] (the
+ * sentinels make that one branch-free test, and it is exact); else a binary search. */
 #define THRESHOLD(T, NAME)                                                             \
     void NAME(const T *x, int64_t *out, int64_t n, int64_t rows, const int64_t *ts,     \
               int64_t K, const int64_t *tab, const double *inv) {                      \
         for (int64_t i = 0, r = 0; i < n; i++) {                                       \
             const int64_t v = (int64_t)x[i];                                           \
-            const int64_t *t = ts + r * K;                                             \
-            double e = ((double)v - (double)t[0]) * inv[r] + 1.0;                      \
-            int64_t g = e <= 0.0 ? 0 : (e >= (double)K ? K : (int64_t)e);              \
-            if (!((g == 0 || t[g - 1] <= v) && (g == K || v < t[g]))) {               \
-                const int64_t *b = t;                                                  \
+            const int64_t *s = ts + r * (K + 2); /* s[g] = t[g-1], s[0] = INT64_MIN */ \
+            double e = ((double)v - (double)s[1]) * inv[r] + 1.0;                      \
+            e = e < 0.0 ? 0.0 : e;                                                     \
+            e = e > (double)K ? (double)K : e;                                         \
+            int64_t g = (int64_t)e;                                                    \
+            if (__builtin_expect(!(s[g] <= v && v < s[g + 1]), 0)) {                   \
+                const int64_t *t = s + 1, *b = t;                                      \
                 int64_t len = K;                                                       \
                 while (len > 1) {                                                      \
                     const int64_t half = len >> 1;                                     \
