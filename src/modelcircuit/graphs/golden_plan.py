@@ -56,6 +56,8 @@ _EXACT64 = 1 << 53
 # 64x64 array); np.clip where a numpy lacks it
 _clip = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None) or np.clip
 
+# a Threshold whose input type has at most this many codes (times rows) is one table lookup
+THRESHOLD_LUT_ENTRIES = 1 << 16
 # a test hook: names of fast paths whose exactness bound is ignored (forced on), to show that
 # the tests catch a wrong bound (tests/graphs/test_golden_plan.py)
 FORCE: set[str] = set()
@@ -620,15 +622,27 @@ class Plan:
         if not (rows == 1 or rows == per or (len(shape) > 1 and rows == shape[-1])):
             return None  # the reference's layouts only (it says why otherwise)
         ts_p, tab_p, inv_p = ts.ctypes.data, tab.ctypes.data, inv.ctypes.data
+        # an input type of few codes: the whole map, one lookup per element
+        tx = _dtype(g, node.inputs[0])
+        span = tx.qmax - tx.qmin + 1 if isinstance(tx, FixedType) else 0
+        lut = None
+        if 0 < span * rows <= THRESHOLD_LUT_ENTRIES:
+            v = np.arange(tx.qmin, tx.qmax + 1, dtype=np.int64)
+            lut = np.ascontiguousarray(np.stack([
+                tab[r][np.searchsorted(ts[r, 1:-1], v, side="right")] for r in range(rows)]))
 
         def step(g: Graph, ins: list[Array], work: Work,
-                 _keep: tuple[Array, ...] = (ts, tab, inv)) -> Array:  # the tables stay alive
+                 _keep: tuple[Array | None, ...] = (ts, tab, inv, lut)) -> Array:  # alive
             x = ins[0]
             f = L.thresh.get(x.dtype)
             if f is None or not x.flags.c_contiguous:
                 return ref.threshold(g, node, ins)
             out = work.get(i, x.shape, np.int64)
-            f(work.ptr(x), work.ptr(out), x.size, rows, ts_p, k, tab_p, inv_p)
+            if lut is not None:
+                L.thresh_lut[x.dtype](work.ptr(x), work.ptr(out), x.size, rows,
+                                      lut.ctypes.data, tx.qmin, span)
+            else:
+                f(work.ptr(x), work.ptr(out), x.size, rows, ts_p, k, tab_p, inv_p)
             return out
 
         return step

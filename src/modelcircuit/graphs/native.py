@@ -202,6 +202,12 @@ class Loops:
             f.argtypes = [_P, _P, _I64, _I64, _P, _I64, _P, _P]
             f.restype = None
             self.thresh[np.dtype(dt)] = f
+        self.thresh_lut = {}
+        for dt in (np.float64, np.float32, np.int64):
+            f = getattr(lib, f"mc_threshold_lut_{_SFX[np.dtype(dt)]}")
+            f.argtypes = [_P, _P, _I64, _I64, _P, _I64, _I64]
+            f.restype = None
+            self.thresh_lut[np.dtype(dt)] = f
         self.req = lib.mc_requantize_sat_i64
         self.req.argtypes = [_P, _I64, _INT, _INT, _I64, _I64]
         self.req.restype = None

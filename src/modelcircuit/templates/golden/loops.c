@@ -246,6 +246,20 @@ IM2COL(int64_t, int16_t, mc_im2col_i64_i16)
             if (++r == rows) r = 0;                                                    \
         }                                                                              \
     }
+/* The same for an input type of few codes: its whole map, lut[r][v - lo] (span codes). */
+#define THRESHOLD_LUT(T, NAME)                                                         \
+    void NAME(const T *x, int64_t *out, int64_t n, int64_t rows, const int64_t *lut,    \
+              int64_t lo, int64_t span) {                                              \
+        for (int64_t i = 0, r = 0; i < n; i++) {                                       \
+            int64_t d = (int64_t)x[i] - lo; /* within the type: 0 <= d < span */       \
+            d = d < 0 ? 0 : (d >= span ? span - 1 : d);                                \
+            out[i] = lut[r * span + d];                                                \
+            if (++r == rows) r = 0;                                                    \
+        }                                                                              \
+    }
+THRESHOLD_LUT(double, mc_threshold_lut_f64)
+THRESHOLD_LUT(float, mc_threshold_lut_f32)
+THRESHOLD_LUT(int64_t, mc_threshold_lut_i64)
 THRESHOLD(double, mc_threshold_f64)
 THRESHOLD(float, mc_threshold_f32)
 THRESHOLD(int64_t, mc_threshold_i64)
