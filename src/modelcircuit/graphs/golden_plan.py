@@ -17,7 +17,10 @@ needs. Per call it only runs those steps. Besides:
   output type holds every input code are a maximum on the codes in whatever exact form they
   are held (int64, or float between float GEMMs); Reshape is a view;
 - the float inputs are quantized into reused float64 arrays (fx.quantize's steps, same
-  results), and the float outputs decoded from the codes as they are held.
+  results), and the float outputs decoded from the codes as they are held;
+- with the C loops (graphs/native.py): runs of Dense/Softmax steps as one call and the exact
+  int16 GEMM (graphs/golden_chain.py), depthwise convolutions over their taps, MultiThreshold
+  as a table search (or one lookup for an input type of few codes).
 
 Every other op (and every case a fast path's condition excludes) runs the reference function
 itself. Results are the reference's bit for bit (tests/graphs/test_golden_plan.py compares
