@@ -6,8 +6,6 @@ chain; batch sizes, strided inputs and threads."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import onnx
 import pytest
@@ -18,6 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 import modelcircuit as mc
 from modelcircuit.frontend.onnx.importer import import_model
 from modelcircuit.graphs import golden_chain, golden_plan, host, native, reference
+
+from .test_golden_plan import wrong_in_threads
 
 pytestmark = pytest.mark.skipif(native.loops() is None or native.loops().program is None,
                                 reason=f"no native chains here: {native.status()}")
@@ -156,21 +156,7 @@ def test_batch_sizes_strided_inputs_and_threads():
         assert np.array_equal(got, want), n
     xs = [host.encode(c, rng.standard_normal((40 + i, 12)).astype(np.float32))
           for i in range(4)]
-    want = [reference.execute(g, [x], inputs_are_codes=True)[g.outputs[0]] for x in xs]
-    bad: list[int] = []
-
-    def work(i: int) -> None:
-        for _ in range(20):
-            got = golden_plan.execute(g, [xs[i]], inputs_are_codes=True)[g.outputs[0]]
-            if not np.array_equal(got, want[i]):
-                bad.append(i)
-
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not bad
+    assert not wrong_in_threads(g, xs, 20)
 
 
 def test_a_nan_in_the_chain_s_quantization_is_refused():

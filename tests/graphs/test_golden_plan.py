@@ -111,21 +111,27 @@ def test_threads_share_a_plan():
     g = c.graph
     xs = [host.encode(c, np.random.default_rng(i).standard_normal(
         (16, *host.input_shape(c))).astype(np.float32)) for i in range(4)]
+    assert not wrong_in_threads(g, xs, 10)
+
+
+def wrong_in_threads(g: Graph, xs: list[np.ndarray], calls: int) -> list[int]:
+    """Each of len(xs) threads runs the graph's plan `calls` times on its input: the threads
+    whose result ever differed from reference.execute's."""
     want = [reference.execute(g, [x], inputs_are_codes=True)[g.outputs[0]] for x in xs]
     bad: list[int] = []
 
     def work(i: int) -> None:
-        for _ in range(10):
+        for _ in range(calls):
             got = golden_plan.execute(g, [xs[i]], inputs_are_codes=True)[g.outputs[0]]
             if not np.array_equal(got, want[i]):
                 bad.append(i)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    assert not bad
+    return bad
 
 
 # -- drawn layer types ---------------------------------------------------------------------
