@@ -252,7 +252,7 @@ def test_each_int16_kernel_is_exact(tmp_path, monkeypatch, extra):
         pytest.skip(native.status())
     rng = np.random.default_rng(len(extra))
     for rows, k, n in [(1, 1, 1), (3, 33, 37), (4, 64, 64), (5, 7, 129), (9, 640, 17),
-                       (2, 2, 80), (6, 31, 15), (8, 128, 130)]:
+                       (2, 2, 80), (6, 31, 15), (8, 128, 130), (19, 64, 32), (17, 30, 7)]:
         x = rng.integers(-(1 << 15), 1 << 15, (rows, k))
         x[0, :] = -(1 << 15)
         wmax = max(1, min((1 << 15) - 1, ((1 << 31) - 1) // ((1 << 15) * k)))

@@ -343,22 +343,22 @@ void mc_requantize_sat_i64(int64_t *q, int64_t n, int s, int mode, int64_t lo, i
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
 /* AVX-512 VNNI: vpdpwssd multiplies the pairs and adds into int32 in one instruction (32
  * products per instruction against 16 in two for AVX2); four rows share each weight load. */
-#define I16_BLOCK512(NV)                                                               \
+#define I16_BLOCK512(NV, R)                                                            \
     {                                                                                  \
-        __m512i a[4][NV];                                                              \
-        for (int r = 0; r < 4; r++)                                                    \
+        __m512i a[R][NV];                                                              \
+        for (int r = 0; r < R; r++)                                                    \
             for (int t = 0; t < NV; t++) a[r][t] = _mm512_setzero_si512();             \
         for (int64_t q = 0; q < kh; q++) {                                             \
-            __m512i b[4];                                                              \
-            for (int r = 0; r < 4; r++) b[r] = _mm512_set1_epi32(xq[r][q]);            \
+            __m512i b[R];                                                              \
+            for (int r = 0; r < R; r++) b[r] = _mm512_set1_epi32(xq[r][q]);            \
             const int16_t *wq = wp + (q * n + j) * 2;                                  \
             for (int t = 0; t < NV; t++) {                                             \
                 const __m512i wv = _mm512_loadu_si512((const void *)(wq + 32 * t));    \
-                for (int r = 0; r < 4; r++)                                            \
+                for (int r = 0; r < R; r++)                                            \
                     a[r][t] = _mm512_dpwssd_epi32(a[r][t], b[r], wv);                  \
             }                                                                          \
         }                                                                              \
-        for (int r = 0; r < 4; r++)                                                    \
+        for (int r = 0; r < R; r++)                                                    \
             for (int t = 0; t < NV; t++)                                               \
                 _mm512_storeu_si512((void *)(y + (i + r) * n + j + 16 * t), a[r][t]);  \
     }
@@ -376,12 +376,32 @@ static void mc_gemm_i16(const int16_t *x, const int16_t *wp, int32_t *y, int64_t
     const int64_t kh = kp / 2;
     int64_t i = 0;
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
+    /* narrow layers (a 16- or 32-channel convolution): eight rows share each weight load */
+    for (; n < 64 && i + 8 <= rows; i += 8) {
+        int32_t xq[8][kh > 0 ? kh : 1];
+        for (int r = 0; r < 8; r++) mc_pairs(x, i + r, kp, xq[r]);
+        int64_t j = 0;
+        for (; j + 16 <= n; j += 16) I16_BLOCK512(1, 8)
+        if (j < n) { /* the last n - j < 16 columns: masked loads and stores */
+            const __mmask16 m16 = (__mmask16)((1u << (n - j)) - 1);
+            const __mmask32 m32 = (__mmask32)((1ull << (2 * (n - j))) - 1);
+            __m512i a[8];
+            for (int r = 0; r < 8; r++) a[r] = _mm512_setzero_si512();
+            for (int64_t q = 0; q < kh; q++) {
+                const __m512i wv = _mm512_maskz_loadu_epi16(m32, wp + (q * n + j) * 2);
+                for (int r = 0; r < 8; r++)
+                    a[r] = _mm512_dpwssd_epi32(a[r], _mm512_set1_epi32(xq[r][q]), wv);
+            }
+            for (int r = 0; r < 8; r++)
+                _mm512_mask_storeu_epi32(y + (i + r) * n + j, m16, a[r]);
+        }
+    }
     for (; i + 4 <= rows; i += 4) {
         int32_t xq[4][kh > 0 ? kh : 1];
         for (int r = 0; r < 4; r++) mc_pairs(x, i + r, kp, xq[r]);
         int64_t j = 0;
-        for (; j + 64 <= n; j += 64) I16_BLOCK512(4)
-        for (; j + 16 <= n; j += 16) I16_BLOCK512(1)
+        for (; j + 64 <= n; j += 64) I16_BLOCK512(4, 4)
+        for (; j + 16 <= n; j += 16) I16_BLOCK512(1, 4)
         if (j < n) { /* the last n - j < 16 columns: masked loads and stores */
             const __mmask16 m16 = (__mmask16)((1u << (n - j)) - 1);
             const __mmask32 m32 = (__mmask32)((1ull << (2 * (n - j))) - 1);
