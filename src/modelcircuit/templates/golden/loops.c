@@ -362,6 +362,21 @@ void mc_requantize_sat_i64(int64_t *q, int64_t n, int s, int mode, int64_t lo, i
             for (int t = 0; t < NV; t++)                                               \
                 _mm512_storeu_si512((void *)(y + (i + r) * n + j + 16 * t), a[r][t]);  \
     }
+/* the last n - j < 16 columns of R rows: masked weight loads and stores */
+#define I16_TAIL512(R)                                                                 \
+    {                                                                                  \
+        const __mmask16 m16 = (__mmask16)((1u << (n - j)) - 1);                        \
+        const __mmask32 m32 = (__mmask32)((1ull << (2 * (n - j))) - 1);                \
+        __m512i a[R];                                                                  \
+        for (int r = 0; r < R; r++) a[r] = _mm512_setzero_si512();                     \
+        for (int64_t q = 0; q < kh; q++) {                                             \
+            const __m512i wv = _mm512_maskz_loadu_epi16(m32, wp + (q * n + j) * 2);    \
+            for (int r = 0; r < R; r++)                                                \
+                a[r] = _mm512_dpwssd_epi32(a[r], _mm512_set1_epi32(xq[r][q]), wv);     \
+        }                                                                              \
+        for (int r = 0; r < R; r++)                                                    \
+            _mm512_mask_storeu_epi32(y + (i + r) * n + j, m16, a[r]);                  \
+    }
 #endif
 
 /* row i's pairs of x as int32s (the broadcast operand of vpmaddwd / vpdpwssd) */
@@ -382,19 +397,7 @@ static void mc_gemm_i16(const int16_t *x, const int16_t *wp, int32_t *y, int64_t
         for (int r = 0; r < 8; r++) mc_pairs(x, i + r, kp, xq[r]);
         int64_t j = 0;
         for (; j + 16 <= n; j += 16) I16_BLOCK512(1, 8)
-        if (j < n) { /* the last n - j < 16 columns: masked loads and stores */
-            const __mmask16 m16 = (__mmask16)((1u << (n - j)) - 1);
-            const __mmask32 m32 = (__mmask32)((1ull << (2 * (n - j))) - 1);
-            __m512i a[8];
-            for (int r = 0; r < 8; r++) a[r] = _mm512_setzero_si512();
-            for (int64_t q = 0; q < kh; q++) {
-                const __m512i wv = _mm512_maskz_loadu_epi16(m32, wp + (q * n + j) * 2);
-                for (int r = 0; r < 8; r++)
-                    a[r] = _mm512_dpwssd_epi32(a[r], _mm512_set1_epi32(xq[r][q]), wv);
-            }
-            for (int r = 0; r < 8; r++)
-                _mm512_mask_storeu_epi32(y + (i + r) * n + j, m16, a[r]);
-        }
+        if (j < n) I16_TAIL512(8)
     }
     for (; i + 4 <= rows; i += 4) {
         int32_t xq[4][kh > 0 ? kh : 1];
@@ -402,19 +405,7 @@ static void mc_gemm_i16(const int16_t *x, const int16_t *wp, int32_t *y, int64_t
         int64_t j = 0;
         for (; j + 64 <= n; j += 64) I16_BLOCK512(4, 4)
         for (; j + 16 <= n; j += 16) I16_BLOCK512(1, 4)
-        if (j < n) { /* the last n - j < 16 columns: masked loads and stores */
-            const __mmask16 m16 = (__mmask16)((1u << (n - j)) - 1);
-            const __mmask32 m32 = (__mmask32)((1ull << (2 * (n - j))) - 1);
-            __m512i a[4];
-            for (int r = 0; r < 4; r++) a[r] = _mm512_setzero_si512();
-            for (int64_t q = 0; q < kh; q++) {
-                const __m512i wv = _mm512_maskz_loadu_epi16(m32, wp + (q * n + j) * 2);
-                for (int r = 0; r < 4; r++)
-                    a[r] = _mm512_dpwssd_epi32(a[r], _mm512_set1_epi32(xq[r][q]), wv);
-            }
-            for (int r = 0; r < 4; r++)
-                _mm512_mask_storeu_epi32(y + (i + r) * n + j, m16, a[r]);
-        }
+        if (j < n) I16_TAIL512(4)
     }
 #endif
 #ifdef __AVX2__
