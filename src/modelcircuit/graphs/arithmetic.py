@@ -49,7 +49,7 @@ class Arithmetic:
     # a fused float sum whose input and weight codes fit int16 and whose partial sums stay
     # under 2**31: int16 x int16 products summed in int32 are exact too (the golden model's
     # native chain and convolutions run it so where the CPU has the vector kernel and the
-    # layer is large enough: golden_plan.Plan._i16)
+    # layer is large enough: golden_chain.i16_weights)
     int16: bool = False
 
     def __str__(self) -> str:

@@ -313,7 +313,7 @@ class Plan:
         K = KH * KW * C
         per_frame = OH * OW * K
         dt = lp.dtype
-        # the window rows' GEMM as int16 x int16 -> int32 where exact and faster (_i16)
+        # the window rows' GEMM as int16 x int16 -> int32 where exact and faster (i16_weights)
         i16 = i16_weights(self.loops, self.g, node, lp)
         # the windows straight into the int16 GEMM's rows where they need no padding column
         cols_dt = np.dtype(np.int16) if i16 is not None and K % 2 == 0 else np.dtype(dt)

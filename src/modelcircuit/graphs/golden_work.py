@@ -25,7 +25,7 @@ class Work:
         # alive and its id its own, until replaced; then its entry goes): a.ctypes.data
         # costs ~1-2 us a call, a tenth of a small layer's step
         self.ptrs: dict[int, int] = {}
-        # native chains' ops by chain (golden_plan._chain_step), while their arrays are kept
+        # native chains' ops by chain (golden_chain.Chain), while their arrays are kept
         self.chains: dict[Any, Any] = {}
         self.fresh = 0  # arrays handed out but not kept (over KEEP_BYTES)
 
