@@ -231,3 +231,35 @@ def test_collect_in_amaranth_sim(bram_fifos, monkeypatch) -> None:
     lat = [clean.delivered[f] - clean.accepted[f * 12] for f in range(3)]
     assert lat == info["latency_frames"]
     assert all(b - a == info["ii"] for a, b in zip(clean.accepted, clean.accepted[1:], strict=False))
+
+
+def graph_flat_chunks() -> Graph:
+    """Flatten -> Dense of 4 pixels x 3 channels into 2 outputs: at more than 2 cycles a
+    pixel the channels are folded too (plan/fold.FlatFold)."""
+    g = _G(4)
+    x = g.tensor("x", (4, 3))
+    c = g.conv("c", x, (1,), 3, (4, 3), (1,), (0, 0))  # a pixel stream
+    fl = g.node("Reshape", "fl", [c], (12,), shape=(12,))
+    w = g.const("fc_w", g.rng.normal(0, 0.5, (12, 2)))
+    b = g.const("fc_b", g.rng.normal(0, 0.3, (2,)))
+    y = g.node("Dense", "fc", [fl, w, b], (2,))
+    return g.graph("flatchunks", x, y)
+
+
+@pytest.mark.parametrize("d,chunks,mults", [(2, 1, 3), (4, 2, 2), (6, 3, 1)])
+def test_flat_dense_folds_channels(cache, d: int, chunks: int, mults: int) -> None:
+    """d = 4: two chunks of 2 channels (the last one padded), d = 6: one channel a cycle;
+    bit-exact against the golden model and the compile-time latency and II."""
+    cg = compile_graph(graph_flat_chunks(), precision="fixed<8,3>")
+    reuse = {"fc": 4 * d}
+    info = plan_top(cg, reuse)
+    fc = [lay for lay in info["layers"] if lay.get("node") == "fc"][0]
+    assert (fc["cycles_per_pixel"], fc.get("channel_chunks", 1), fc["multipliers"]) == \
+        (d, chunks, mults)
+    x = _codes(cg, 9, d)
+    r = rtl.execute(cg, x, reuse=reuse, cache_dir=cache, seed=d, gaps=0.3, backpressure=0.3)
+    c = r["checks"]
+    assert c["bit_exact"] and c["complete"] and c["latency_ok"] and c["ii_ok"], c
+    exp = reference.execute(cg.graph, [x], inputs_are_codes=True)[cg.graph.outputs[0]]
+    assert np.array_equal(r["outputs"], exp)
+    assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])

@@ -91,7 +91,7 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
     blocks of them had left 74 of the 156 to the 144 Dense lanes the plan gave DSPs, and yosys
     moved 70 of those lanes to booth logic, ~500 LUT4 each). None without an FPGA profile."""
     from ...graphs.profiles import fpga_families
-    from .fold import coef_width, fold_lane_counts
+    from .fold import coef_width, flat_fold, fold_lane_counts
     from .schedule import fpga_profile_of
 
     prof = fpga_profile_of(compiled.profile)
@@ -125,9 +125,9 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
             dt = g.tensor(nd.inputs[0]).dtype
             if w.ndim == 2 and hasattr(dt, "width"):
                 pixels, c = flat
-                d = max(1, min(w.shape[1], int(r) // pixels))
                 a, b = int(dt.width), coef_width(w)
-                wants.append((-max(a, b), 0, -1, nd.name, c * -(-w.shape[1] // d),
+                wants.append((-max(a, b), 0, -1, nd.name,
+                              flat_fold(c, w.shape[1], int(r) // pixels).products,
                               dsp_blocks(a, b)))
             continue
         w = np.asarray(g.constants[nd.inputs[1]], dtype=np.int64)

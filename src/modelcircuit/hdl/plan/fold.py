@@ -41,6 +41,41 @@ def fold_shape(n_in: int, n_out: int, r: int) -> Fold:
     return Fold(r, n_in, 1, r_out, -(-n_out // r_out))
 
 
+@dataclass(frozen=True)
+class FlatFold:
+    """How a Flatten -> Dense that takes the frame pixel by pixel (hdl/streamed/dense.py
+    FlatDense) spends its d cycles per pixel on the pixel's (C, N_out) rows of W.
+
+    d <= N_out: the outputs in `groups` of m = ceil(N_out / groups), all C channels at
+    once (C * m products). d > N_out: one output a cycle (m = 1) and the channels folded
+    too, in `chunks` of c = ceil(C / chunks) (c products): a Dense after a global pool
+    (pixels = 1) at the reuse of a folded Dense, not 64 products for a once-a-frame layer.
+    Step s of a pixel = chunk * groups + group."""
+
+    groups: int
+    m: int
+    chunks: int
+    c: int
+
+    @property
+    def steps(self) -> int:
+        """Cycles per pixel."""
+        return self.groups * self.chunks
+
+    @property
+    def products(self) -> int:
+        return self.c * self.m
+
+
+def flat_fold(c: int, n_out: int, d: int) -> FlatFold:
+    d = max(1, int(d))
+    if d <= n_out:
+        return FlatFold(d, -(-n_out // d), 1, c)
+    k = max(1, min(c, d // n_out))
+    cc = -(-c // k)
+    return FlatFold(n_out, 1, -(-c // cc), cc)
+
+
 def fold_lanes(w: np.ndarray, f: Fold) -> np.ndarray:
     """Coefficients per lane and step: array (steps, c, m), zero where padded."""
     n_in, n_out = w.shape

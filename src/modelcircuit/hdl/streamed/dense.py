@@ -14,6 +14,7 @@ from amaranth.lib.memory import Memory
 
 from ...graphs.types import FixedType
 from ..errors import HdlError
+from ..plan.fold import flat_fold
 from ..units.arith import fit, shape_of
 from .units import Step, SUnit, Tok
 
@@ -24,12 +25,17 @@ class FlatDense(SUnit):
     Nout exact accumulators (starting from the bias, every sum modulo 2**(acc width + 1) as
     hdl/units/dense.py), then one requantization (+ ReLU) per output after the last pixel. A pixel
     takes `d` cycles: outputs in d groups of m = ceil(Nout / d), C*m multipliers whose
-    coefficients are one word of a ROM (block RAM) per (pixel, group). Equivalent to a Dense
-    at reuse pixels*d, without the two frame-wide registers (collect + fold input).
+    coefficients are one word of a ROM (block RAM) per (pixel, group); with d > Nout, one
+    output a step and the channels in chunks too (hdl/plan/fold.FlatFold: a pixel's
+    channels selected by the chunk, c multipliers). Equivalent to a Dense at reuse
+    pixels*d, without the two frame-wide registers (collect + fold input).
 
-    Pipeline after a pixel's fire at t: group s at t+1+s (ROM address), t+2+s (the ROM word
-    registered), t+3+s (products registered), t+4+s (lane sums), t+5+s (accumulate);
-    outputs registered at t+d+5, pushed at t+d+6: lat = d + 6. The block RAM's output and
+    Pipeline after a pixel's fire at t: step s's ROM word read at t+s (the read address runs
+    one step ahead), at t+1+s the word and the pixel (its chunk) registered, t+2+s products
+    registered, t+3+s lane sums, t+4+s accumulate; outputs registered at t+d+4, pushed at
+    t+d+5: lat = d + 5. Every step has read the held pixel by t+d, the earliest next fire
+    (the last step once read the next pixel when pixels came back to back). The block RAM's
+    output and
     each product have a register of their own (issue 25: the encoder's classifier read the
     ROM, multiplied in MULT18X18Ds and summed in one cycle, its critical path on ECP5 once
     LayerNorm's was split: 29.85 ns, 33.5 MHz)."""
@@ -44,8 +50,8 @@ class FlatDense(SUnit):
         self.n_out = int(w.shape[1])
         super().__init__([tin], Tok(tout, self.n_out, 1))
         self.pixels, self.c = tin.per_frame, tin.elements
-        self.d = max(1, min(int(d), self.n_out))
-        self.m = -(-self.n_out // self.d)
+        self.fold = flat_fold(self.c, self.n_out, d)
+        self.d, self.m = self.fold.steps, self.fold.m
         self.tx, self.w, self.tout, self.relu_ = tin.t, w, tout, bool(relu)
         frac = tin.t.frac + tw.frac
         self.frac = max(frac, tb.frac) if b is not None and tb is not None else frac
@@ -54,8 +60,8 @@ class FlatDense(SUnit):
                      [int(v) << (self.frac - tb.frac) for v in np.asarray(b).reshape(-1)])
         self.mod = acc.width + 1
         self.cw = max(int(np.abs(w).max()).bit_length() + 1 if w.size else 1, 2)
-        self.lat = self.d + 6
-        self.multipliers = self.c * self.m
+        self.lat = self.d + 5
+        self.multipliers = self.fold.products
 
     @property
     def max_dur(self) -> int:
@@ -66,20 +72,27 @@ class FlatDense(SUnit):
             yield (True,), p == self.pixels - 1, self.d
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "latency": self.lat, "reuse": self.pixels * self.d,
-                "cycles_per_pixel": self.d, "multipliers": self.multipliers,
-                "rom": {"depth": self.pixels * self.d, "width": self.cw * self.c * self.m}}
+        d = {**super().describe(), "latency": self.lat, "reuse": self.pixels * self.d,
+             "cycles_per_pixel": self.d, "multipliers": self.multipliers,
+             "rom": {"depth": self.pixels * self.d, "width": self.cw * self.fold.products}}
+        if self.fold.chunks > 1:
+            d["channel_chunks"] = self.fold.chunks
+        return d
 
     def _words(self) -> list[int]:
         words = []
         mask = (1 << self.cw) - 1
+        f = self.fold
         for p in range(self.pixels):
             for s in range(self.d):
+                ck, g = divmod(s, f.groups)
                 word, k = 0, 0
                 for j in range(self.m):
-                    o = s * self.m + j
-                    for i in range(self.c):
-                        v = int(self.w[p * self.c + i, o]) if o < self.n_out else 0
+                    o = g * self.m + j
+                    for i in range(f.c):
+                        ch = ck * f.c + i
+                        v = (int(self.w[p * self.c + ch, o]) if o < self.n_out and ch < self.c
+                             else 0)
                         word |= (v & mask) << (k * self.cw)
                         k += 1
                 words.append(word)
@@ -92,6 +105,7 @@ class FlatDense(SUnit):
 
         m = Module()
         en, tx, d, mm, C = self.en, self.tx, self.d, self.m, self.c
+        G, K, cc = self.fold.groups, self.fold.chunks, self.fold.c
         fire = self._issue(m, [1], d - 1)
         px = [Signal(shape_of(tx), name=f"px{i}", reset_less=True) for i in range(C)]
         with m.If(fire):
@@ -111,48 +125,75 @@ class FlatDense(SUnit):
                 m.d.sync += s.eq(s + 1)
             with m.If(busy):
                 m.d.sync += addr.eq(Mux(addr == depth - 1, 0, addr + 1))
-        rom = Memory(shape=self.cw * C * mm, depth=depth, init=self._words(),
+        # the step's output group and channel chunk (the step itself where one chunk)
+        grp: Signal = s
+        ck: Signal | None = None
+        if K > 1:
+            grp, ck = Signal(range(max(2, G)), name="grp"), Signal(range(max(2, K)), name="ck")
+            with m.If(en):
+                with m.If(fire):
+                    m.d.sync += [grp.eq(0), ck.eq(0)]
+                with m.Elif(busy & (grp == G - 1)):
+                    m.d.sync += [grp.eq(0), ck.eq(ck + 1)]
+                with m.Elif(busy):
+                    m.d.sync += grp.eq(grp + 1)
+        rom = Memory(shape=self.cw * cc * mm, depth=depth, init=self._words(),
                      attrs={"ram_style": "block"})
         m.submodules.rom = rom
         rp = rom.read_port(domain="sync")
-        m.d.comb += [rp.addr.eq(addr), rp.en.eq(en)]
-        # stage B: the ROM word arrives; B1 registers it, B2 the products
-        ctl = [busy, addr < d, addr == depth - 1, s]  # act, first, last, group
-        shapes = [1, 1, 1, range(max(2, d))]
+        # the ROM address one step ahead of `addr`: step 0's word read at the fire
+        ra = Signal(range(max(2, depth)), name="ra")
+        with m.If(en & (fire | (busy & (s != d - 1)))):
+            m.d.sync += ra.eq(Mux(ra == depth - 1, 0, ra + 1))
+        m.d.comb += [rp.addr.eq(ra), rp.en.eq(en)]
+        # stage A: the ROM word arrives; B1 registers it with the pixel, B2 the products
+        ctl = [busy, addr < G, addr == depth - 1, grp]  # act, first, last, group
+        shapes: list[Any] = [1, 1, 1, range(max(2, G))]
+        if ck is not None:
+            ctl.append(ck)
+            shapes.append(range(max(2, K)))
 
         def stage(vals: list[Value], name: str) -> list[Signal]:
             out = [Signal(sh, name=f"{n}_{name}") for sh, n in
-                   zip(shapes, ("act", "first", "last", "s"), strict=True)]
+                   zip(shapes, ("act", "first", "last", "s", "ck"), strict=False)]
             with m.If(en):
                 m.d.sync += [o.eq(v) for o, v in zip(out, vals, strict=True)]
             return out
 
-        ctl_b = stage(ctl, "b")
-        px_b = [Signal(shape_of(tx), name=f"pxb{i}", reset_less=True) for i in range(C)]
-        coef = Signal(self.cw * C * mm, name="coef", reset_less=True)
+        ctl_b = ctl
+        px_b = [Signal(shape_of(tx), name=f"pxb{i}", reset_less=True) for i in range(cc)]
+        coef = Signal(self.cw * cc * mm, name="coef", reset_less=True)
         ctl_b1 = stage(ctl_b, "b1")
         with m.If(en):
-            m.d.sync += [coef.eq(rp.data)] + [px_b[i].eq(px[i]) for i in range(C)]
+            m.d.sync += coef.eq(rp.data)
+            if K == 1:
+                m.d.sync += [px_b[i].eq(px[i]) for i in range(C)]
+            else:  # the step's chunk of the held pixel (channels past C read as 0)
+                with m.Switch(ctl_b[4]):
+                    for k_ in range(K):
+                        with m.Case(k_):
+                            m.d.sync += [px_b[i].eq(px[k_ * cc + i] if k_ * cc + i < C else 0)
+                                         for i in range(cc)]
         prods = [Signal(_signed(self.mod), name=f"prod{k}", reset_less=True)
-                 for k in range(C * mm)]
+                 for k in range(cc * mm)]
         ctl_b2 = stage(ctl_b1, "b2")
         with m.If(en):
             for j in range(mm):
-                for i in range(C):
-                    k = j * C + i
+                for i in range(cc):
+                    k = j * cc + i
                     cf = coef[k * self.cw:(k + 1) * self.cw].as_signed()
                     m.d.sync += prods[k].eq(fit((px_b[i] * cf) << self.p_shift, self.mod,
                                                 True))
         sums = []
         for j in range(mm):
-            tot: Value = prods[j * C]
-            for t_ in prods[j * C + 1:(j + 1) * C]:
+            tot: Value = prods[j * cc]
+            for t_ in prods[j * cc + 1:(j + 1) * cc]:
                 tot = fit(tot + t_, self.mod, True)
             sums.append(tot)
         # stage C: registered lane sums, accumulate into group s
-        act_b, first_b, last_b, s_b = ctl_b2
+        act_b, first_b, last_b, s_b = ctl_b2[:4]
         act_c, first_c, last_c = (Signal(name=n) for n in ("act_c", "first_c", "last_c"))
-        s_c = Signal(range(max(2, d)), name="s_c", reset_less=True)
+        s_c = Signal(range(max(2, G)), name="s_c", reset_less=True)
         sum_c = [Signal(_signed(self.mod), name=f"sum{j}", reset_less=True) for j in range(mm)]
         with m.If(en):
             m.d.sync += [act_c.eq(act_b), first_c.eq(first_b), last_c.eq(last_b & act_b),
@@ -161,7 +202,7 @@ class FlatDense(SUnit):
                for o in range(self.n_out)]
         with m.If(en & act_c):
             with m.Switch(s_c):
-                for g in range(d):
+                for g in range(G):
                     with m.Case(g):
                         for j in range(mm):
                             o = g * mm + j
@@ -171,7 +212,7 @@ class FlatDense(SUnit):
         # stage D: requantize every output; push the next cycle
         done = Signal(name="done")
         with m.If(en):
-            m.d.sync += done.eq(act_c & last_c & (s_c == d - 1))
+            m.d.sync += done.eq(act_c & last_c & (s_c == G - 1))
         t = self.tout
         y = [Signal(shape_of(t), name=f"y{o}", reset_less=True) for o in range(self.n_out)]
 
