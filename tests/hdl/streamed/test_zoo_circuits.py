@@ -83,3 +83,52 @@ def test_zoo_verify_rtl_bit_exact(name, tmp_path) -> None:
     rtl = r["notes"]["rtl"]  # simulated latency and II equal the compile-time report
     assert rtl["complete"] and rtl["latency_ok"] and rtl["ii_ok"], rtl
     assert (rtl["latency"], rtl["ii"]) == (rtl["latency_expected"], rtl["ii_expected"])
+
+
+@pytest.mark.parametrize("name,plan", [("resnet8_q8", 16), ("resnet8_q8", 64),
+                                       ("resnet8_q8", 2304), ("dscnn_q8", 64),
+                                       ("dscnn_q8", 288)])
+def test_estimate_knows_which_quantizers_read_in_place(name, plan) -> None:
+    """hdl/flow/threshold_cost.reads_in_place (the estimate: no copy of the C inputs) says
+    what the built chain says (ChainUnit.b_in_place), quantizer by quantizer; the global
+    depthwise's products are the unit's (a pooling sum of ones has none)."""
+    from modelcircuit.hdl.flow.estimate import dense_layers, depthwise_cost
+    from modelcircuit.hdl.flow.stream_fit import _busy_fn, _frame_time
+    from modelcircuit.hdl.flow.threshold_cost import reads_in_place, threshold_layers
+
+    c = compile(mc.load_onnx(str(ZOO / f"{name}.onnx")))
+    g = c.graph
+    layers = dense_layers(c)
+    reuse = {lay["node"]: min(plan, int(lay["w"].size)) for lay in layers}
+    info = plan_top(c, reuse)
+    built = {lay["then"]["node"]: lay["inner"]["then"]["reads_in_place"]
+             for lay in info["layers"] if "then" in lay}
+    assert built
+    nodes = {n.name: n for n in g.nodes}
+    busy = {lay["node"]: _busy_fn(g, nodes[lay["node"]], lay) for lay in layers}
+    t = _frame_time(busy, reuse)
+    est = {lay["node"]: reads_in_place(lay, reuse, t) for lay in threshold_layers(c)}
+    assert {n: est[n] for n in built} == built
+    assert not any(v for n, v in est.items() if n not in built)
+    for lay in layers:
+        if lay.get("depthwise") and lay["depthwise"][2]:
+            unit = [x for x in info["layers"] if x.get("node") == lay["node"]][0]
+            assert depthwise_cost(lay, 2).multipliers == unit["multipliers"]
+
+
+def test_auto_plan_fits_with_its_fifos() -> None:
+    """--reuse auto for the 8-bit ResNet-8 on an ECP5-85k: the plan the search takes fits
+    with everything its design has, FIFOs included (the search's own glue has none: it once
+    took a plan ~8k flip-flops over and build refused it), LUT and FF within the margin."""
+    from modelcircuit.hdl.flow import plan_circuit
+    from modelcircuit.hdl.flow.devices import fpga_profile
+
+    c = compile(mc.load_onnx(str(ZOO / "resnet8_q8.onnx")), profile="ecp5-85k")
+    fit = plan_circuit(c, "auto").fit
+    blk, est, prof = fit["stream"], fit["estimate"], fpga_profile("ecp5-85k")
+    assert blk["logic_fits"] and blk["over"] == {}, blk["over"]
+    assert est["lut"] <= 0.6 * prof["lut"] and est["ff"] <= 0.6 * prof["ff"]
+    glue = [lay for lay in fit["layers"] if lay["node"].startswith("<stream")][0]
+    assert glue["ff"] > 0 and blk["bram"]["fifos"] > 0
+    # the Dense after the global pool folds its 64 channels (one product, not 64)
+    assert fit["reuse"]["node_linear"] == 640

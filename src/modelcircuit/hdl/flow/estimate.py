@@ -95,9 +95,9 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import LINEAR, RECURRENT, ConvAttrs, DenseAttrs, Op, attrs
 from ..plan.cmvm import csd
-from ..plan.fold import coef_width, fold_multipliers, fold_shape
+from ..plan.fold import coef_width, flat_fold, fold_multipliers, fold_shape
 from ..plan.schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
-from ..streamed.depthwise import is_folded
+from ..streamed.depthwise import global_products, is_folded
 from ..streamed.kind import flat_source
 from .devices import family
 
@@ -196,6 +196,9 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
             dw = depthwise_shape(compiled, n)
             if dw is not None:
                 out[-1]["depthwise"] = dw
+                if dw[2]:  # global: its products (GlobalDepthwise: none for a pooling sum)
+                    w4 = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
+                    out[-1]["products"] = global_products(w4.reshape(dw[0], dw[1]))
     return out
 
 
@@ -216,24 +219,25 @@ def _recurrent_layer(g: Any, n: Any) -> dict[str, Any]:
 
 
 def flat_cost(layer: dict[str, Any], r: int) -> LayerCost:
-    """hdl/streamed/dense.py FlatDense at reuse r: d = r // pixels cycles per pixel, C * ceil(N/d)
-    multipliers, coefficients in block RAM (pixels*d words), N accumulators; no frame-wide
-    input register."""
+    """hdl/streamed/dense.py FlatDense at reuse r: d = r // pixels cycles per pixel
+    (plan/fold.FlatFold: c * m multipliers), coefficients in block RAM (pixels*d words), N
+    accumulators; no frame-wide input register."""
     pixels, c = layer["flat"]
     n_out = layer["w"].shape[1]
-    d = max(1, min(n_out, r // pixels))
-    m = -(-n_out // d)
+    f = flat_fold(c, n_out, r // pixels)
     wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
     cw = ww + 1
-    width, depth = c * m * cw, pixels * d
+    width, depth = f.products * cw, pixels * f.steps
     bram = bram_for_geom(width, depth, layer.get("bram_geom", (16, 256)))
-    # the pixel twice, the ROM word and the products registered (issue 25), lane sums,
-    # accumulators, outputs, the control stages
-    ff = (2 * c * wx + width + c * m * acc + m * acc + n_out * acc + n_out * wo
-          + 5 * depth.bit_length())
-    lut = max(0, c - 1) * m * acc + n_out * acc + 2 * n_out * wo + depth.bit_length() * 6 + 40
-    return LayerCost(layer["node"], pixels * d, c * m, int(lut), max(1, wx * cw), int(ff),
-                     d + 6, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
+    # the pixel and its chunk, the ROM word and the products registered (issue 25), lane
+    # sums, accumulators, outputs, the control stages; the chunk selection (a mux per bit)
+    ff = (c * wx + f.c * wx + width + f.products * acc + f.m * acc + n_out * acc
+          + n_out * wo + 5 * depth.bit_length())
+    mux = f.c * wx * (f.chunks // 2) if f.chunks > 1 else 0
+    lut = (max(0, f.c - 1) * f.m * acc + n_out * acc + 2 * n_out * wo + mux
+           + depth.bit_length() * 6 + 40)
+    return LayerCost(layer["node"], pixels * f.steps, f.products, int(lut), max(1, wx * cw),
+                     int(ff), f.steps + 5, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
 
 
 def csd_digits(w: np.ndarray) -> np.ndarray:
@@ -331,7 +335,8 @@ def depthwise_cost(layer: dict[str, Any], r: int, lean: bool = False,
     kk, cout, glob = layer["depthwise"]
     if glob:  # per channel one product (ROM coefficient or constant) and one accumulator
         wx, ww, acc, wo = layer["wx"], layer["ww"], layer["acc"], layer["wo"]
-        return LayerCost(layer["node"], 2, cout, int(cout * (acc + 2 * wo)),
+        return LayerCost(layer["node"], 2, int(layer.get("products", cout)),
+                         int(cout * (acc + 2 * wo)),
                          max(1, wx * ww // 2), int(cout * (wx + 2 * acc + wo)), 4,
                          lut_per_mul_min=max(1, wx * ww // 2))
     memo = layer.setdefault("_depthwise_costs", {})

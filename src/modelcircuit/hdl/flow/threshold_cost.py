@@ -47,6 +47,9 @@ def threshold_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
         wi = int(getattr(tin, "width", 16) or 16)
         lay = {"node": n.name, "c": c, "k": k, "pixels": int(np.prod(shp[:-1])), "wi": wi,
                "wo": int(getattr(tout, "width", 8) or 8), "fold": fold_thresholds(k)}
+        src = _chained_conv(g, n)
+        if src is not None:
+            lay["src"], lay["src_shape"] = src
         if lay["fold"]:
             # the unit's own compile-time search (its keys, levels and product): no lanes
             # decided here, only the figures that do not depend on them
@@ -62,9 +65,47 @@ def threshold_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
     return out
 
 
+def _chained_conv(g: Any, n: Any) -> tuple[str, tuple[int, int]] | None:
+    """(the Conv, its window Dense's (N_in, N_out)) where Threshold n alone reads a
+    (not depthwise) Conv's output: the chain hdl/streamed/lower.py `_chain_into` may make,
+    whose folded Dense keeps the input n reads (units.ChainUnit._a_holds_for_b)."""
+    x = n.inputs[0]
+    prod = g.producer(x)
+    if prod is None or prod.op != Op.CONV or x in g.outputs or len(g.consumers(x)) != 1:
+        return None
+    w = g.constants.get(prod.inputs[1])
+    if w is None or np.ndim(w) < 3:
+        return None
+    cin = int(g.tensor(prod.inputs[0]).shape[-1])
+    if int(np.shape(w)[-2]) == 1 and cin > 1:  # depthwise: its own lanes, no fold
+        return None
+    return prod.name, (int(np.prod(np.shape(w)[:-2])) * cin, int(np.shape(w)[-1]))
+
+
+def reads_in_place(lay: dict[str, Any], plan: dict[str, int], t: int) -> bool:
+    """Whether the Threshold reads its Conv's folded Dense in place at this plan (no held
+    copy of its C inputs): ChainUnit._a_holds_for_b's test on the lanes threshold_cost
+    gives it at a frame budget of t."""
+    from ..plan.fold import fold_shape
+
+    src, r = lay.get("src"), 0
+    if src is not None:
+        r = int(plan.get(src, 1))
+    c = lay["c"]
+    steps = max(1, min(c, int(t) // max(1, lay["pixels"])))
+    lanes = -(-c // steps)
+    n = -(-c // lanes)
+    if not lay["fold"] or r <= 1 or n > r:  # a parallel Dense, or no chain
+        return False
+    f = fold_shape(*lay["src_shape"], r)
+    ii = max(r, n)
+    return all(1 + ch // lanes + (f.r_out - 1 - ch // f.m) * f.r_in < ii for ch in range(c))
+
+
 def threshold_cost(lay: dict[str, Any], t: int, family_name: str,
-                   geom: tuple[int, int] = (36, 512)) -> LayerCost:
-    """One Threshold's LUT4 / FF / BRAM at a frame budget of t cycles (module docstring)."""
+                   geom: tuple[int, int] = (36, 512), in_place: bool = False) -> LayerCost:
+    """One Threshold's LUT4 / FF / BRAM at a frame budget of t cycles (module docstring);
+    `in_place`: it reads its Conv's output where it stays (reads_in_place), no copy."""
     c, wi, wo = lay["c"], lay["wi"], lay["wo"]
     if not lay["fold"]:
         cmp = c * lay["k"]
@@ -86,7 +127,7 @@ def threshold_cost(lay: dict[str, Any], t: int, family_name: str,
 
     # the channel selection, the clamp and the output registers' input
     lut += lanes * ((wi * max(0, n - 1) // 3) + 2 * (wi + 1) + 2 * wo)
-    ff += c * wi + 2 * c * wo
+    ff += (0 if in_place else c * wi) + 2 * c * wo
     if mul:
         xw, mw, cw = mul
         mx = int(family(family_name).get("dsp_max_width", 18))
@@ -108,8 +149,11 @@ def threshold_cost(lay: dict[str, Any], t: int, family_name: str,
 
 
 def threshold_costs(layers: list[dict[str, Any]], t: int, family_name: str,
-                    geom: tuple[int, int] = (36, 512)) -> list[LayerCost]:
-    return [threshold_cost(lay, t, family_name, geom) for lay in layers]
+                    geom: tuple[int, int] = (36, 512),
+                    plan: dict[str, int] | None = None) -> list[LayerCost]:
+    return [threshold_cost(lay, t, family_name, geom,
+                           plan is not None and reads_in_place(lay, plan, t))
+            for lay in layers]
 
 
-__all__ = ["threshold_cost", "threshold_costs", "threshold_layers"]
+__all__ = ["reads_in_place", "threshold_cost", "threshold_costs", "threshold_layers"]

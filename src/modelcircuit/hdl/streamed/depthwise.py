@@ -276,8 +276,7 @@ class GlobalDepthwise(SUnit):
         self.cw = max(int(np.abs(self.w).max()).bit_length() + 1 if self.w.size else 1, 2)
         # channels whose weight varies over the frame read it from the ROM
         self.varying = [o for o in range(self.cout) if np.any(self.w[:, o] != self.w[0, o])]
-        self.multipliers = sum(1 for o in range(self.cout)
-                               if o in self.varying or const_kind(int(self.w[0, o])) == "mul")
+        self.multipliers = global_products(self.w)
 
     def steps(self) -> Iterator[Step]:
         for p in range(self.pixels):
@@ -350,6 +349,16 @@ class GlobalDepthwise(SUnit):
         return m
 
 
+def global_products(w: np.ndarray) -> int:
+    """Products GlobalDepthwise builds for weights (pixels, Cout): a channel whose weight
+    varies over the frame, or whose one weight is not 0 or a power of two (a pooling sum
+    of ones has none: the estimate once counted one per channel)."""
+    w = np.asarray(w, dtype=np.int64)
+    vary = np.any(w != w[:1], axis=0)
+    return int(sum(1 for o in range(w.shape[1])
+                   if vary[o] or const_kind(int(w[0, o])) == "mul"))
+
+
 def const_kind(c: int) -> str:
     """zero | shift | mul: what a product by the constant c is (arith.const_mul)."""
     a = abs(int(c))
@@ -379,4 +388,4 @@ def depthwise_unit(geo: Geometry, tok: Tok, w4: np.ndarray, tw: FixedType,
                       schedule.lutram_depth if schedule is not None else 0)
 
 
-__all__ += ["depthwise_unit", "is_folded"]
+__all__ += ["depthwise_unit", "global_products", "is_folded"]
