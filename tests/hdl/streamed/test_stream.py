@@ -263,3 +263,36 @@ def test_flat_dense_folds_channels(cache, d: int, chunks: int, mults: int) -> No
     exp = reference.execute(cg.graph, [x], inputs_are_codes=True)[cg.graph.outputs[0]]
     assert np.array_equal(r["outputs"], exp)
     assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])
+
+
+@pytest.mark.parametrize("net,reuse,per", [("2d", {"c2": 18, "fc": 6}, 2),
+                                           ("2d", {"c2": 72, "fc": 6}, 4),
+                                           ("1d", {"c1": 9}, 3),
+                                           ("2d", {"d1": 18, "c2": 9, "fc": 6}, 0),
+                                           ("2d", {"d1": 36, "c2": 9, "fc": 6}, 0)])
+def test_window_memory_bit_exact(cnn2d, cnn1d, cache, net, reuse, per) -> None:
+    """A folded Conv whose chunks are parts of one pixel keeps its window in a memory of kh
+    rows (WindowUnit, Dense.read_window): chunks of half a pixel (stride 2, pads), one code
+    a step with the outputs folded too (R > N_in), a 1-D window, and a folded depthwise
+    window (per = 0: a whole pixel a tap, its lanes select their channels); under gaps and
+    backpressure, bit-exact, latency and II as planned."""
+    cg = cnn2d if net == "2d" else cnn1d
+    node = next(iter(reuse))
+    info = plan_top(cg, reuse)
+    lay = [x for x in info["layers"] if x.get("node") == node][0]
+    assert lay["line_buffers"]["window"] == "memory"
+    frame = lay["window"]["frame"]
+    assert lay["line_buffers"]["depth"] == lay["window"]["kernel"][0] * (
+        frame[1] + lay["window"]["pads"][1] + lay["window"]["pads"][3])
+    if per:
+        assert frame[2] // lay["inner"]["fold"]["c"] == per
+    else:
+        assert lay["inner"]["kind"] == "depthwise fold"
+    x = _codes(cg, 8, per + len(reuse))
+    r = rtl.execute(cg, x, reuse=reuse, cache_dir=cache, seed=per + 7, gaps=0.3,
+                    backpressure=0.4)
+    c = r["checks"]
+    assert c["bit_exact"] and c["complete"] and c["latency_ok"] and c["ii_ok"], c
+    exp = reference.execute(cg.graph, [x], inputs_are_codes=True)[cg.graph.outputs[0]]
+    assert np.array_equal(r["outputs"], exp)
+    assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])

@@ -95,7 +95,7 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import LINEAR, RECURRENT, ConvAttrs, DenseAttrs, Op, attrs
 from ..plan.cmvm import csd
-from ..plan.fold import coef_width, flat_fold, fold_multipliers, fold_shape
+from ..plan.fold import coef_width, flat_fold, fold_multipliers, fold_shape, window_memory
 from ..plan.schedule import FOLD_STAGES, LEAN_FOLD_STAGES, SCHEDULES
 from ..streamed.depthwise import global_products, is_folded
 from ..streamed.kind import flat_source
@@ -193,6 +193,8 @@ def dense_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
                 out[-1]["soft_cw"] = coef_width(w)
         if n.op == Op.CONV:  # its fold reads the window register in place (held);
             out[-1]["held"] = True  # depthwise: one lane per channel (depthwise_cost)
+            out[-1]["channels"] = int(shp[-1])  # the window's pixels (plan/fold.window_memory)
+            out[-1]["taps"] = int(w.shape[0]) // max(1, int(shp[-1]))
             dw = depthwise_shape(compiled, n)
             if dw is not None:
                 out[-1]["depthwise"] = dw
@@ -291,6 +293,10 @@ def layer_cost(layer: dict[str, Any], r: int, lean: bool = False,
     held = bool(layer.get("held")) and f.r_in > 1
     ring = f.c * wx if held else f.r_in * f.c * wx
     ring_lut = f.c * wx * max(1, f.r_in // 2) if held else f.r_in * f.c * wx
+    if held and window_memory(f, layer.get("taps", 1), layer.get("channels", n_in)):
+        # the chunk read from the window's memory (WindowUnit): a C/c:1 selection of the
+        # word, no chunk registers of its own
+        ring, ring_lut = 0, f.c * wx * max(1, layer["channels"] // f.c // 2)
     if lean:
         # "area" schedule: input rotation (a mux per bit), one product register per lane,
         # the accumulators (carry chain), the requantization per lane and the output
@@ -366,7 +372,9 @@ def _fold_cost(layer: dict[str, Any], kk: int, cout: int, r: int, lean: bool) ->
         bram, rom = lanes * bram_for_geom(cw, steps, layer.get("bram_geom", (36, 512))), 0
     else:
         bram, rom = 0, lanes * cw * -(-steps // 16) * (1 if steps <= 16 else 2)
-    mux = lanes * steps * wx // 2
+    # the lane's channel: from its G*kk window codes held, or (kk > 1: the window a memory,
+    # hdl/streamed/units.WindowUnit) from the G of the pixel the step reads
+    mux = lanes * (g if kk > 1 else steps) * wx // 2
     lut = rom + mux + lanes * (acc * (3 + g // 3)) + cout * wo // 2 + 40
     ff = lanes * (2 * wx + cw + 3 * acc) + cout * wo + 4 * steps.bit_length()
     return LayerCost(layer["node"], r, lanes, int(lut), max(1, wx * cw), int(ff), steps + 3,

@@ -72,12 +72,11 @@ def stream_memories(design: Any, timing: Any, family_name: str,
     node_of = {name: str(design.meta.get(name, {}).get("node", name))
                for name, _, _ in design.units}
     for ui, (name, u, srcs) in enumerate(design.units):
-        if isinstance(u, WindowUnit) and u.geo.kh > 1:
-            wdt, blk = u.ins[0].width, u.ram_style == "block"
-            for _ in range(u.geo.kh - 1):
-                mems.append(StreamMem("line buffer", name, node_of[name], wdt, u.geo.wp, blk,
-                                      bram_tiles(wdt, u.geo.wp, family_name, geom)
-                                      if blk else 0))
+        if isinstance(u, WindowUnit):
+            blk = u.ram_style == "block"
+            for wdt, dep in u.memories():
+                mems.append(StreamMem("line buffer", name, node_of[name], wdt, dep, blk,
+                                      bram_tiles(wdt, dep, family_name, geom) if blk else 0))
         if isinstance(u, ResizeUnit) and u.sh > 1:
             wdt, blk = u.ins[0].width, u.ram_style == "block"
             mems.append(StreamMem("row buffer", name, node_of[name], wdt, u.w, blk,
@@ -110,7 +109,10 @@ def glue_cost(design: Any, mems: list[StreamMem]) -> tuple[int, int]:
 
     ff = lut = 0
     for _, u, _ in design.units:
-        if isinstance(u, WindowUnit):
+        if isinstance(u, WindowUnit) and u.reader is not None:  # the window a memory
+            ff += u.ins[0].width + 40  # the pixel of stage 1, the window's base, the tap
+            lut += 48  # the chunk's tap table and its address
+        elif isinstance(u, WindowUnit):
             w = u.ins[0].width
             ff += (u.geo.kh * u.geo.kw + 1) * w + 16
             lut += 24
@@ -328,11 +330,15 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
                     + wb * c.bram / max(1, bud["bram"]))
         return score
 
-    # windows and line buffers (no FIFOs: those need the schedule) of the fastest plan's
-    # design: about the same in every plan, counted in the search's fit and overuse
-    d0 = stream_design(compiled, plan_at(cands, busy, t0), pipeline)
-    m0 = stream_memories(d0, None, fx.family, geom)
-    glue0 = _stream_layer(*glue_cost(d0, m0), sum(m.bram for m in m0))
+    # windows and line buffers (no FIFOs: those need the schedule) of the fastest and the
+    # slowest plans' designs, the least of each (a window read from its memory at a high
+    # reuse has no register): the search's fit and overuse, which `full` then checks
+    glues = []
+    for tt in sorted({t0, top_t}):
+        d0 = stream_design(compiled, plan_at(cands, busy, tt), pipeline)
+        m0 = stream_memories(d0, None, fx.family, geom)
+        glues.append((*glue_cost(d0, m0), sum(m.bram for m in m0)))
+    glue0 = _stream_layer(*(min(x) for x in zip(*glues, strict=True)))
 
     def overuse(est: dict[str, int]) -> float:
         return max((est.get("route", est["lut"]) + fx.overhead) / (bud["lut"] * fx.lut_margin),

@@ -21,7 +21,10 @@ o // m. Two stream circuits:
   logic of a shift register and no flip-flops) while its ROM word is read, registers the
   product (B), accumulates from the channel's bias at its first tap (C), and after its last
   tap requantizes into that channel's output register (D). Step 0 is the start cycle:
-  latency S + 3, II R.
+  latency S + 3, II R. Where the window has more than one tap, the WindowUnit keeps it in a
+  memory instead (read_window): step s asks for tap k's pixel, which arrives the next
+  cycle, and each lane selects its channel from it (G:1), with no window register (DS-CNN:
+  33k flip-flops of windows and line-buffer reads -> 14k, 9 of 12k LUT4 of selection gone).
 - `GlobalDepthwise`, a window over the whole frame without padding (one output pixel: an
   average pool that an exporter wrote as a depthwise Conv, or a global depthwise layer):
   no line buffers and no window register. Each pixel's C codes are multiplied with that
@@ -173,6 +176,24 @@ class DepthwiseFold(Unit):
         self.multipliers = sum(1 for ln in range(self.lanes)
                                if len(set(self._coefs(ln))) > 1
                                or const_kind(self._coefs(ln)[0]) == "mul")
+        self.window_ports: tuple[Signal, list[Signal]] | None = None
+
+    def read_window(self, channels: int) -> DepthwiseFold | None:
+        """Asked by a window unit that can keep its window in a memory (hdl/streamed/units.py
+        WindowUnit): the pixel of tap k arrives the cycle after the step asks for it, and
+        each lane selects its channel from it (a G:1 selection) instead of its G*kk:1 one
+        over the held window (DS-CNN's 3x3x64 windows: 4,608 flip-flops each)."""
+        if channels != self.c:
+            return None
+        if self.window_ports is None:
+            self.window_ports = (Signal(range(max(2, self.kk)), name="ktap"),
+                                 [Signal(shape_of(self.tx), name=f"wpx{i}")
+                                  for i in range(self.c)])
+        return self
+
+    def window_chunks(self) -> list[tuple[int, int]]:
+        """Step k of the window: tap k's whole pixel."""
+        return [(k, 0) for k in range(self.kk)]
 
     def _chan(self, lane: int, g: int) -> int | None:
         o = lane * self.group + g
@@ -213,15 +234,26 @@ class DepthwiseFold(Unit):
                                                 [1, 1, 1, gc.shape()])
         act_d, last_d, g_d = self.regs(m, [act_c, last_c, g_c], "cd", [1, 1, gc.shape()])
         ys: list[Value] = [Const(0, shape_of(self.tout))] * self.cout
+        if self.window_ports is not None:  # the window unit's memory reads tap cur_k
+            m.d.comb += self.window_ports[0].eq(cur_k)
         for lane in range(self.lanes):
-            # the lane's walking order, selected from the held window by the step
-            order = []
-            for g in range(G):
-                o = self._chan(lane, g)
-                ci = (o if o is not None else 0) // self.mult
-                order += [xs[t * self.c + ci] for t in range(kk)]
-            sel = fit(Cat(*order).word_select(cur_s, tx.width), tx.width, tx.signed)
-            xb = self.regs(m, [sel], f"xb{lane}_", [shape_of(tx)])[0]
+            xb: Value
+            if self.window_ports is not None:  # the lane's channel of the step's pixel
+                px = self.window_ports[1]
+                chans = [((o if (o := self._chan(lane, g)) is not None else 0) // self.mult)
+                         for g in range(G)]
+                xb = (px[chans[0]] if G == 1 else
+                      fit(Cat(*[px[ci] for ci in chans]).word_select(g_b, tx.width),
+                          tx.width, tx.signed))
+            else:
+                # the lane's walking order, selected from the held window by the step
+                order = []
+                for g in range(G):
+                    o = self._chan(lane, g)
+                    ci = (o if o is not None else 0) // self.mult
+                    order += [xs[t * self.c + ci] for t in range(kk)]
+                sel = fit(Cat(*order).word_select(cur_s, tx.width), tx.width, tx.signed)
+                xb = self.regs(m, [sel], f"xb{lane}_", [shape_of(tx)])[0]
             words = self._coefs(lane)
             if len(set(words)) == 1:
                 prod, _ = const_mul(xb, words[0])

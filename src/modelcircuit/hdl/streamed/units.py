@@ -44,14 +44,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ...graphs.types import FixedType
 from ..errors import HdlError
-from ..units.arith import requantize
+from ..units.arith import fit, requantize
 from ..units.base import Planned, Unit, circuit
 
 
@@ -242,6 +242,11 @@ class ChainUnit(Unit):
         if hold is not None:
             hold()
 
+    def read_window(self, channels: int) -> Any:
+        """a's window reader (Dense.read_window), if any."""
+        rw = getattr(self.a, "read_window", None)
+        return rw(channels) if rw is not None else None
+
     def describe(self) -> dict[str, object]:
         return {**self.a.describe(), "latency": self.latency, "ii": self.ii,
                 "multipliers": self.multipliers, "shifts": self.shifts,
@@ -320,7 +325,15 @@ class Geometry:
 class WindowUnit(SUnit):
     """Padding, line buffers, the window register and an inner unit on the window vector
     (kh*kw*C codes, order (row, column, channel)). One padded position per step; a step that
-    completes a window occupies the inner unit's II. Latency: 2 + the inner unit's."""
+    completes a window occupies the inner unit's II. Latency: 2 + the inner unit's.
+
+    Where the inner unit is a fold that reads one pixel's chunk a step (Dense.read_window,
+    DepthwiseFold.read_window: a whole pixel a tap), the window is a memory instead: kh rows of the padded frame in one memory of kh*Wp
+    pixels (row r in slot r mod kh), written as the pixels come, and the fold's chunk k read
+    from the pixel of its tap the cycle after it asks (k -> tap, channel offset: a table),
+    with no window register and no line-buffer cascade. The next pixel is written no sooner
+    than the fold's II after a window starts (the fire that follows it waits that long), and
+    it overwrites a row the window no longer needs."""
 
     def __init__(self, geo: Geometry, tin: FixedType, inner: Unit, tout: FixedType,
                  cout: int, pad_code: int = 0, lutram_depth: int = 0):
@@ -336,6 +349,15 @@ class WindowUnit(SUnit):
         hold = getattr(inner, "hold_input", None)
         if hold is not None:
             hold()
+        rw = getattr(inner, "read_window", None)
+        self.reader = rw(geo.c) if rw is not None and geo.kh * geo.kw > 1 else None
+
+    def memories(self) -> list[tuple[int, int]]:
+        """(width, depth) of its line buffers: kh - 1 rows, or the window memory's kh."""
+        w, g = self.ins[0].width, self.geo
+        if self.reader is not None:
+            return [(w, g.kh * g.wp)]
+        return [(w, g.wp)] * (g.kh - 1)
 
     @property
     def max_dur(self) -> int:
@@ -362,6 +384,9 @@ class WindowUnit(SUnit):
                         "out": [g.ho, g.wo, self.out.elements]},
              "line_buffers": {"count": g.kh - 1, "depth": g.wp, "width": self.ins[0].width,
                               "style": self.ram_style}}
+        if self.reader is not None:
+            d["line_buffers"] = {"count": 1, "depth": g.kh * g.wp, "width": self.ins[0].width,
+                                 "style": self.ram_style, "window": "memory"}
         return d
 
     def elaborate(self, platform: object) -> Module:
@@ -397,6 +422,23 @@ class WindowUnit(SUnit):
         s1_c = Signal(range(max(2, g.wp)), name="s1_c", reset_less=True)
         with m.If(en):
             m.d.sync += [s1_v.eq(fire), s1_e.eq(fire & emits), s1_pix.eq(pix), s1_c.eq(c)]
+        x0: list[Any] = []
+        if self.reader is not None:
+            self._window_memory(m, fire, r, c, s1_v, s1_e, s1_pix, s1_c)
+        else:
+            x0 = [inner.x0.eq(self._window_registers(m, c, s1_v, s1_pix, s1_c))]
+        s2_v = Signal(name="s2_v")
+        with m.If(en):
+            m.d.sync += s2_v.eq(s1_e)
+        m.d.comb += [inner.en.eq(en), inner.start.eq(s2_v), *x0, self.y.eq(inner.y),
+                     self.push.eq(en & self._delay(m, s2_v, inner.latency, "v",
+                                                   max(1, inner.ii)))]
+        return m
+
+    def _window_registers(self, m: Module, c: Value, s1_v: Value, s1_pix: Value,
+                          s1_c: Value) -> Value:
+        """kh - 1 line buffers in cascade and the kh x kw window register (x0, returned)."""
+        g, en = self.geo, self.en
         rd: list[Value] = []
         for k in range(g.kh - 1):  # lb k holds row r-1-k
             mem = Memory(shape=self.ins[0].width, depth=g.wp, init=[],
@@ -418,15 +460,57 @@ class WindowUnit(SUnit):
             for i in range(g.kh):
                 m.d.sync += [win[i][j].eq(win[i][j + 1]) for j in range(g.kw - 1)]
                 m.d.sync += win[i][g.kw - 1].eq(col[i])
-        s2_v = Signal(name="s2_v")
+        return Cat(*[win[i][j] for i in range(g.kh) for j in range(g.kw)])
+
+    def _window_memory(self, m: Module, fire: Value, r: Value, c: Value, s1_v: Value,
+                       s1_e: Value, s1_pix: Value, s1_c: Value) -> None:
+        """The window as kh rows of one memory, read a chunk a cycle (class docstring)."""
+        g, en, rd = self.geo, self.en, self.reader
+        ksel, chunk = rd.window_ports
+        tw, C, cc = self.tin.width, g.c, len(rd.window_ports[1])
+        per = C // cc  # chunks a pixel
+        table = rd.window_chunks()  # chunk k: (tap, its index within the tap's pixel)
+        kh, kw, wp = g.kh, g.kw, g.wp
+        # the row slot of the current row (row r of the frame in slot r mod kh)
+        rs = Signal(range(max(2, kh)), name="rs")
+        with m.If(fire & (c == wp - 1)):
+            m.d.sync += rs.eq(Mux((r == g.hp - 1) | (rs == kh - 1), 0, rs + 1))
+        s1_rs = Signal(range(max(2, kh)), name="s1_rs", reset_less=True)
         with m.If(en):
-            m.d.sync += s2_v.eq(s1_e)
-        m.d.comb += [inner.en.eq(en), inner.start.eq(s2_v),
-                     inner.x0.eq(Cat(*[win[i][j] for i in range(g.kh) for j in range(g.kw)])),
-                     self.y.eq(inner.y),
-                     self.push.eq(en & self._delay(m, s2_v, inner.latency, "v",
-                                                   max(1, inner.ii)))]
-        return m
+            m.d.sync += s1_rs.eq(rs)
+        base = Array([Const(i * wp, range(max(2, kh * wp))) for i in range(kh)])
+        mem = Memory(shape=self.ins[0].width, depth=kh * wp, init=[],
+                     attrs={"ram_style": self.ram_style})
+        m.submodules.wmem = mem
+        wport = mem.write_port()
+        m.d.comb += [wport.addr.eq(base[s1_rs] + s1_c), wport.en.eq(en & s1_v),
+                     wport.data.eq(s1_pix)]
+        # a window that starts: its top row's slot and its left column, kept for its run
+        top = Signal(range(max(2, kh)), name="wtop", reset_less=True)
+        left = Signal(range(max(2, wp)), name="wleft", reset_less=True)
+        with m.If(en & s1_e):
+            m.d.sync += [top.eq(Mux(s1_rs == kh - 1, 0, s1_rs + 1)),
+                         left.eq(s1_c - (kw - 1))]
+        # chunk k: tap (i, j) and channel offset o of its pixel
+        ti = Signal(range(max(2, kh)), name="ti")
+        tj = Signal(range(max(2, kw)), name="tj")
+        to = Signal(range(max(2, per)), name="to")
+        with m.Switch(ksel):
+            for k, (tap, part) in enumerate(table):
+                i, j = divmod(tap, kw)
+                with m.Case(k):
+                    m.d.comb += [ti.eq(i), tj.eq(j), to.eq(part)]
+        slot = Signal(range(max(2, 2 * kh)), name="wslot")
+        m.d.comb += slot.eq(top + ti)
+        rport = mem.read_port(domain="sync")
+        m.d.comb += [rport.addr.eq(base[Mux(slot >= kh, slot - kh, slot)] + left + tj),
+                     rport.en.eq(en)]
+        off = Signal(range(max(2, per)), name="wto", reset_less=True)
+        with m.If(en):
+            m.d.sync += off.eq(to)
+        word = rport.data.word_select(off, cc * tw) if per > 1 else rport.data
+        m.d.comb += [chunk[i].eq(fit(word[i * tw:(i + 1) * tw], tw, self.tin.signed))
+                     for i in range(cc)]
 
 
 class WindowMax(Unit):

@@ -62,10 +62,10 @@ from ...graphs.types import FixedType, Rounding
 from ..errors import HdlError
 from ..plan import cmvm
 from ..plan.cmvm import csd
-from ..plan.fold import fold_lanes, fold_shape, lane_kinds
+from ..plan.fold import fold_lanes, fold_shape, lane_kinds, window_memory
 from ..plan.schedule import Schedule, plan_stages
 from . import netlist_text
-from .arith import fit, overflow, relu, shift_round, tree_levels
+from .arith import fit, overflow, relu, shape_of, shift_round, tree_levels
 from .base import Unit
 from .dense_fold import FoldStages
 
@@ -165,6 +165,7 @@ class Dense(Unit):
                      [int(v) << (self.frac - tb.frac) for v in np.asarray(b).reshape(-1)])
         self.mod = acc.width + 1
         self.x_held = False
+        self.window_ports: tuple[Signal, list[Signal]] | None = None
         self.reuse = int(reuse)
         self.ii = self.reuse
         rq = [self.pipe.requant_levels] * 2  # rounding, overflow + ReLU
@@ -179,6 +180,12 @@ class Dense(Unit):
         window register of hdl/streamed/units.WindowUnit): a fold then reads its chunks
         from x0 and needs no copy of it."""
         self.x_held = True
+
+    def read_window(self, channels: int) -> Dense | None:
+        """Asked by a window unit that can keep its window in a memory (hdl/streamed/units.py
+        WindowUnit) of pixels of `channels` codes: self when the fold reads chunk `ksel` the
+        cycle after asking for it from `window_ports` (DenseFolded), else None (x0 held)."""
+        return None
 
     def describe(self) -> dict[str, object]:
         d = super().describe()
@@ -458,6 +465,27 @@ class DenseFolded(FoldStages, Dense):
         self.rq_flags = [True, False] if self.pipe.round_reg else plan_stages(rq, L)
         self.latency = (f.steps + self.pipe.fold_stages + self.rom_reg + self.tree_regs
                         + sum(self.rq_flags))
+
+    def read_window(self, channels: int) -> Dense | None:
+        """A held window read chunk by chunk from its memory where every chunk is part of one
+        pixel (c divides the channels): the window's registers (kh*kw*C codes) and the
+        R_in:1 selection over them are replaced by a memory read and a C/c:1 selection (an
+        8-bit ResNet-8's 3x3x64 windows: 4,608 flip-flops and a 72:1 multiplexer of 64 bits
+        each). `window_ports`: (ksel, the chunk's c codes) shared with the window unit."""
+        f = self.fold
+        if not self.x_held or not window_memory(f, self.n_in // channels, channels):
+            return None
+        self.window_channels = channels
+        if self.window_ports is None:
+            self.window_ports = (Signal(range(max(2, f.r_in)), name="ksel"),
+                                 [Signal(shape_of(self.tx), name=f"wk{i}") for i in range(f.c)])
+        return self
+
+    def window_chunks(self) -> list[tuple[int, int]]:
+        """Chunk k of the window (read_window): (its tap, its index within the pixel)."""
+        f = self.fold
+        per = self.window_channels // f.c
+        return [(k // per, k % per) for k in range(f.r_in)]
 
     def describe(self) -> dict[str, object]:
         f = self.fold

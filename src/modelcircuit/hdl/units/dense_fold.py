@@ -52,6 +52,7 @@ class FoldStages:
     en: Signal
     start: Signal
     x_held: bool  # Dense.hold_input
+    window_ports: tuple[Signal, list[Signal]] | None  # DenseFolded.read_window
 
     def _plan_slices(self, has_mul: bool) -> int:
         """Which multiplier lanes are built as coefficient slices, and how (part of
@@ -105,7 +106,17 @@ class FoldStages:
         g = Signal(range(max(2, f.r_out)), name="g")
         s = Signal(range(max(2, f.steps)), name="s")
         run = Signal(name="run")
-        if self.x_held and f.r_in > 1:
+        ports = self.window_ports
+        if ports is not None:
+            # the window is a memory (WindowUnit, DenseFolded.read_window): chunk `sel` is
+            # asked for this cycle and arrives the next, read and selected by the window
+            ksel, sr = ports
+            nxt = Signal(range(max(2, f.r_in)), name="k_next")
+            sel = Mux(self.start, 0, nxt)
+            m.d.comb += ksel.eq(sel)
+            with m.If(en):
+                m.d.sync += nxt.eq(Mux(sel == f.r_in - 1, 0, sel + 1))
+        elif self.x_held and f.r_in > 1:
             # the holder keeps x as it was at start for ii >= steps enabled cycles
             # (WindowUnit: its window register): chunk k is selected from x a cycle ahead
             # into c registers, rather than x copied into a ring of n (an 8-bit ResNet-8's
