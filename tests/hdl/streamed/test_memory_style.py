@@ -68,11 +68,14 @@ def test_line_buffers_leave_lut_ram_to_the_fifos_when_it_runs_short() -> None:
     fifo = None
     for cells, want_block in ((10**6, 0), (0, 0), (None, "some"), (1, "all")):
         d, _, wins = _windows(cg, REUSE_2D)
-        lbs = [u for u in wins if u.geo.kh > 1]
+        lbs = [u for u in wins if u.memories()]
         assert lbs and all(u.ram_style == "distributed" for u in lbs)
+        # c2 (folded, a pixel a chunk) keeps its window in one memory of kh rows
+        assert [u.memories() for u in lbs if u.reader is not None] == \
+            [[(u.ins[0].width, u.geo.kh * u.geo.wp)] for u in lbs if u.reader is not None] != []
         fifo = sum(-(-t.width // 4) for _, u, _ in d.units for t in u.ins) + \
             -(-d.output.width // 4)
-        need = [(u.geo.kh - 1) * cells_of(u.ins[0].width, u.geo.wp) for u in lbs]
+        need = [sum(cells_of(w, dp) for w, dp in u.memories()) for u in lbs]
         if cells is None:  # room for the first line buffer only
             cells = -(-(fifo + need[0]) * 10 // int(LUTRAM_MARGIN * 10))
         budget_lut_ram(d, cells)

@@ -35,9 +35,9 @@ def budget_lut_ram(d: StreamDesign, cells: int) -> None:
     for _, u, _ in d.units:
         if getattr(u, "ram_style", "block") != "distributed":
             continue
-        depth, count = ((u.geo.wp, u.geo.kh - 1) if isinstance(u, WindowUnit)
-                        else (u.w, 1 if u.sh > 1 else 0))
-        need = count * cells_of(u.ins[0].width, depth)
+        mems = (u.memories() if isinstance(u, WindowUnit)  # its line buffers or window memory
+                else [(u.ins[0].width, u.w)] * (1 if u.sh > 1 else 0))
+        need = sum(cells_of(w, depth) for w, depth in mems)
         if need <= left:
             left -= need
         else:
