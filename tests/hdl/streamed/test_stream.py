@@ -296,3 +296,35 @@ def test_window_memory_bit_exact(cnn2d, cnn1d, cache, net, reuse, per) -> None:
     exp = reference.execute(cg.graph, [x], inputs_are_codes=True)[cg.graph.outputs[0]]
     assert np.array_equal(r["outputs"], exp)
     assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])
+
+
+def graph_one_pixel() -> Graph:
+    """A Conv over the whole 4-pixel frame (one output pixel of 5 channels), flattened into
+    a Dense of 3 outputs: the Dense after a global pool."""
+    g = _G(5)
+    x = g.tensor("x", (4, 3))
+    c = g.conv("c", x, (4,), 5, (1, 5), (1,), (0, 0))
+    fl = g.node("Reshape", "fl", [c], (5,), shape=(5,))
+    w = g.const("fc_w", g.rng.normal(0, 0.5, (5, 3)))
+    b = g.const("fc_b", g.rng.normal(0, 0.3, (3,)))
+    y = g.node("Dense", "fc", [fl, w, b], (3,))
+    return g.graph("onepixel", x, y)
+
+
+@pytest.mark.parametrize("d,chunks,mults", [(6, 2, 3), (15, 5, 1)])
+def test_flat_dense_one_pixel_group_major(cache, d: int, chunks: int, mults: int) -> None:
+    """One pixel with its channels folded: an output at a time over all its chunks (one
+    accumulator), bit-exact under gaps and backpressure, latency and II as planned."""
+    cg = compile_graph(graph_one_pixel(), precision="fixed<8,3>")
+    reuse = {"fc": d}
+    info = plan_top(cg, reuse)
+    fc = [lay for lay in info["layers"] if lay.get("node") == "fc"][0]
+    assert (fc["cycles_per_pixel"], fc["channel_chunks"], fc["multipliers"]) == \
+        (d, chunks, mults)
+    x = _codes(cg, 9, d)
+    r = rtl.execute(cg, x, reuse=reuse, cache_dir=cache, seed=d, gaps=0.3, backpressure=0.3)
+    c = r["checks"]
+    assert c["bit_exact"] and c["complete"] and c["latency_ok"] and c["ii_ok"], c
+    exp = reference.execute(cg.graph, [x], inputs_are_codes=True)[cg.graph.outputs[0]]
+    assert np.array_equal(r["outputs"], exp)
+    assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])

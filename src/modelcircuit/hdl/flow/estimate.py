@@ -233,11 +233,14 @@ def flat_cost(layer: dict[str, Any], r: int) -> LayerCost:
     bram = bram_for_geom(width, depth, layer.get("bram_geom", (16, 256)))
     # the pixel and its chunk, the ROM word and the products registered (issue 25), lane
     # sums, accumulators, outputs, the control stages; the chunk selection (a mux per bit)
-    ff = (c * wx + f.c * wx + width + f.products * acc + f.m * acc + n_out * acc
+    # accumulators and requantizers: one per output, or (one pixel, channels folded:
+    # FlatDense.group_major) a bank of m, the outputs written a group at a time
+    accs = f.m if pixels == 1 and f.chunks > 1 else n_out
+    ff = (c * wx + f.c * wx + width + f.products * acc + f.m * acc + accs * acc
           + n_out * wo + 5 * depth.bit_length())
     mux = f.c * wx * (f.chunks // 2) if f.chunks > 1 else 0
-    lut = (max(0, f.c - 1) * f.m * acc + n_out * acc + 2 * n_out * wo + mux
-           + depth.bit_length() * 6 + 40)
+    lut = (max(0, f.c - 1) * f.m * acc + accs * acc + 2 * accs * wo + mux
+           + (n_out * wo // 2 if accs < n_out else 0) + depth.bit_length() * 6 + 40)
     return LayerCost(layer["node"], pixels * f.steps, f.products, int(lut), max(1, wx * cw),
                      int(ff), f.steps + 5, int(bram), lut_per_mul_min=max(1, wx * cw // 2))
 

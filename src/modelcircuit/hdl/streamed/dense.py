@@ -52,6 +52,10 @@ class FlatDense(SUnit):
         self.pixels, self.c = tin.per_frame, tin.elements
         self.fold = flat_fold(self.c, self.n_out, d)
         self.d, self.m = self.fold.steps, self.fold.m
+        # one pixel (a Dense after a global pool) with its channels folded: an output group
+        # at a time, all its chunks, in one bank of m accumulators and m requantizers, not
+        # one of each per output (CNV's 256 -> 512 classifier: 512 of each)
+        self.group_major = self.pixels == 1 and self.fold.chunks > 1
         self.tx, self.w, self.tout, self.relu_ = tin.t, w, tout, bool(relu)
         frac = tin.t.frac + tw.frac
         self.frac = max(frac, tb.frac) if b is not None and tb is not None else frac
@@ -85,7 +89,10 @@ class FlatDense(SUnit):
         f = self.fold
         for p in range(self.pixels):
             for s in range(self.d):
-                ck, g = divmod(s, f.groups)
+                if self.group_major:
+                    g, ck = divmod(s, f.chunks)
+                else:
+                    ck, g = divmod(s, f.groups)
                 word, k = 0, 0
                 for j in range(self.m):
                     o = g * self.m + j
@@ -130,13 +137,15 @@ class FlatDense(SUnit):
         ck: Signal | None = None
         if K > 1:
             grp, ck = Signal(range(max(2, G)), name="grp"), Signal(range(max(2, K)), name="ck")
+            inner, outer = (ck, grp) if self.group_major else (grp, ck)
+            n_inner = K if self.group_major else G
             with m.If(en):
                 with m.If(fire):
                     m.d.sync += [grp.eq(0), ck.eq(0)]
-                with m.Elif(busy & (grp == G - 1)):
-                    m.d.sync += [grp.eq(0), ck.eq(ck + 1)]
+                with m.Elif(busy & (inner == n_inner - 1)):
+                    m.d.sync += [inner.eq(0), outer.eq(outer + 1)]
                 with m.Elif(busy):
-                    m.d.sync += grp.eq(grp + 1)
+                    m.d.sync += inner.eq(inner + 1)
         rom = Memory(shape=self.cw * cc * mm, depth=depth, init=self._words(),
                      attrs={"ram_style": "block"})
         m.submodules.rom = rom
@@ -147,7 +156,9 @@ class FlatDense(SUnit):
             m.d.sync += ra.eq(Mux(ra == depth - 1, 0, ra + 1))
         m.d.comb += [rp.addr.eq(ra), rp.en.eq(en)]
         # stage A: the ROM word arrives; B1 registers it with the pixel, B2 the products
-        ctl = [busy, addr < G, addr == depth - 1, grp]  # act, first, last, group
+        # act, first (the group's first chunk of the frame), last (of the frame), group
+        ctl = [busy, (ck == 0) if self.group_major and ck is not None else addr < G,
+               addr == depth - 1, grp]
         shapes: list[Any] = [1, 1, 1, range(max(2, G))]
         if ck is not None:
             ctl.append(ck)
@@ -198,6 +209,15 @@ class FlatDense(SUnit):
         with m.If(en):
             m.d.sync += [act_c.eq(act_b), first_c.eq(first_b), last_c.eq(last_b & act_b),
                          s_c.eq(s_b)] + [sum_c[j].eq(sums[j]) for j in range(mm)]
+        t = self.tout
+
+        def finish(v: Value) -> Value:
+            q = overflow(shift_round(v, self.frac - t.frac, t.rounding), t)
+            return relu(q) if self.relu_ else q
+
+        if self.group_major:
+            self._group_major(m, ctl_b2, act_c, first_c, last_c, s_c, sum_c, finish)
+            return m
         acc = [Signal(_signed(self.mod), name=f"acc{o}", reset_less=True)
                for o in range(self.n_out)]
         with m.If(en & act_c):
@@ -213,13 +233,7 @@ class FlatDense(SUnit):
         done = Signal(name="done")
         with m.If(en):
             m.d.sync += done.eq(act_c & last_c & (s_c == G - 1))
-        t = self.tout
         y = [Signal(shape_of(t), name=f"y{o}", reset_less=True) for o in range(self.n_out)]
-
-        def finish(v: Value) -> Value:
-            q = overflow(shift_round(v, self.frac - t.frac, t.rounding), t)
-            return relu(q) if self.relu_ else q
-
         with m.If(en & done):
             m.d.sync += [y[o].eq(fit(finish(acc[o]), t.width, t.signed))
                          for o in range(self.n_out)]
@@ -228,6 +242,42 @@ class FlatDense(SUnit):
             m.d.sync += pushr.eq(done)
         m.d.comb += [self.y.eq(Cat(*y)), self.push.eq(en & pushr)]
         return m
+
+    def _group_major(self, m: Module, ctl_b2: list[Signal], act_c: Signal, first_c: Signal,
+                     last_c: Signal, s_c: Signal, sum_c: list[Signal], finish: Any) -> None:
+        """Stages C and D of a group-major fold: the bank accumulates group s_c's chunks (from
+        its outputs' biases at the first), and after its last chunk its m outputs are
+        requantized into their output registers (D); pushed after the frame's last."""
+        from amaranth.hdl import Array, Const
+        from amaranth.hdl import signed as _signed
+
+        en, mm, G, K, t = self.en, self.m, self.fold.groups, self.fold.chunks, self.tout
+        glast_c = Signal(name="glast_c")
+        with m.If(en):
+            m.d.sync += glast_c.eq(ctl_b2[4] == K - 1)
+        acc = [Signal(_signed(self.mod), name=f"acc{j}", reset_less=True) for j in range(mm)]
+        with m.If(en & act_c):
+            for j in range(mm):
+                bias = Array([Const(self.bias[g * mm + j] if g * mm + j < self.n_out else 0,
+                                    _signed(self.mod)) for g in range(G)])[s_c]
+                m.d.sync += acc[j].eq(fit(Mux(first_c, bias, acc[j]) + sum_c[j], self.mod,
+                                          True))
+        wr, g_d, done = Signal(name="wr_d"), Signal(range(max(2, G)), name="g_d"), \
+            Signal(name="done")
+        with m.If(en):
+            m.d.sync += [wr.eq(act_c & glast_c), g_d.eq(s_c), done.eq(act_c & last_c)]
+        y = [Signal(shape_of(t), name=f"y{o}", reset_less=True) for o in range(self.n_out)]
+        q = [fit(finish(acc[j]), t.width, t.signed) for j in range(mm)]
+        with m.If(en & wr):
+            with m.Switch(g_d):
+                for g in range(G):
+                    with m.Case(g):
+                        m.d.sync += [y[g * mm + j].eq(q[j]) for j in range(mm)
+                                     if g * mm + j < self.n_out]
+        pushr = Signal(name="pushr")
+        with m.If(en):
+            m.d.sync += pushr.eq(done)
+        m.d.comb += [self.y.eq(Cat(*y)), self.push.eq(en & pushr)]
 
 
 def conv_weights(w: np.ndarray, group: int) -> np.ndarray:
