@@ -233,6 +233,19 @@ def test_collect_in_amaranth_sim(bram_fifos, monkeypatch) -> None:
     assert all(b - a == info["ii"] for a, b in zip(clean.accepted, clean.accepted[1:], strict=False))
 
 
+def _simulates_as_planned(cg, x: np.ndarray, reuse: dict, info: dict, cache, seed: int,
+                          backpressure: float) -> None:
+    """Under input gaps and output backpressure: complete, bit-exact against the golden
+    model, and the simulated latency and II equal to the plan's (info: plan_top)."""
+    r = rtl.execute(cg, x, reuse=reuse, cache_dir=cache, seed=seed, gaps=0.3,
+                    backpressure=backpressure)
+    c = r["checks"]
+    assert c["bit_exact"] and c["complete"] and c["latency_ok"] and c["ii_ok"], c
+    exp = reference.execute(cg.graph, [x], inputs_are_codes=True)[cg.graph.outputs[0]]
+    assert np.array_equal(r["outputs"], exp)
+    assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])
+
+
 def graph_flat_chunks() -> Graph:
     """Flatten -> Dense of 4 pixels x 3 channels into 2 outputs: at more than 2 cycles a
     pixel the channels are folded too (plan/fold.FlatFold)."""
@@ -257,12 +270,7 @@ def test_flat_dense_folds_channels(cache, d: int, chunks: int, mults: int) -> No
     assert (fc["cycles_per_pixel"], fc.get("channel_chunks", 1), fc["multipliers"]) == \
         (d, chunks, mults)
     x = _codes(cg, 9, d)
-    r = rtl.execute(cg, x, reuse=reuse, cache_dir=cache, seed=d, gaps=0.3, backpressure=0.3)
-    c = r["checks"]
-    assert c["bit_exact"] and c["complete"] and c["latency_ok"] and c["ii_ok"], c
-    exp = reference.execute(cg.graph, [x], inputs_are_codes=True)[cg.graph.outputs[0]]
-    assert np.array_equal(r["outputs"], exp)
-    assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])
+    _simulates_as_planned(cg, x, reuse, info, cache, d, 0.3)
 
 
 @pytest.mark.parametrize("net,reuse,per", [("2d", {"c2": 18, "fc": 6}, 2),
@@ -289,13 +297,7 @@ def test_window_memory_bit_exact(cnn2d, cnn1d, cache, net, reuse, per) -> None:
     else:
         assert lay["inner"]["kind"] == "depthwise fold"
     x = _codes(cg, 8, per + len(reuse))
-    r = rtl.execute(cg, x, reuse=reuse, cache_dir=cache, seed=per + 7, gaps=0.3,
-                    backpressure=0.4)
-    c = r["checks"]
-    assert c["bit_exact"] and c["complete"] and c["latency_ok"] and c["ii_ok"], c
-    exp = reference.execute(cg.graph, [x], inputs_are_codes=True)[cg.graph.outputs[0]]
-    assert np.array_equal(r["outputs"], exp)
-    assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])
+    _simulates_as_planned(cg, x, reuse, info, cache, per + 7, 0.4)
 
 
 def graph_one_pixel() -> Graph:
@@ -322,9 +324,4 @@ def test_flat_dense_one_pixel_group_major(cache, d: int, chunks: int, mults: int
     assert (fc["cycles_per_pixel"], fc["channel_chunks"], fc["multipliers"]) == \
         (d, chunks, mults)
     x = _codes(cg, 9, d)
-    r = rtl.execute(cg, x, reuse=reuse, cache_dir=cache, seed=d, gaps=0.3, backpressure=0.3)
-    c = r["checks"]
-    assert c["bit_exact"] and c["complete"] and c["latency_ok"] and c["ii_ok"], c
-    exp = reference.execute(cg.graph, [x], inputs_are_codes=True)[cg.graph.outputs[0]]
-    assert np.array_equal(r["outputs"], exp)
-    assert (r["latency"], r["ii"]) == (info["latency"], info["ii"])
+    _simulates_as_planned(cg, x, reuse, info, cache, d, 0.3)

@@ -467,7 +467,7 @@ class WindowUnit(SUnit):
         """The window as kh rows of one memory, read a chunk a cycle (class docstring)."""
         g, en, rd = self.geo, self.en, self.reader
         ksel, chunk = rd.window_ports
-        tw, C, cc = self.tin.width, g.c, len(rd.window_ports[1])
+        tw, C, cc = self.tin.width, g.c, len(chunk)
         per = C // cc  # chunks a pixel
         table = rd.window_chunks()  # chunk k: (tap, its index within the tap's pixel)
         kh, kw, wp = g.kh, g.kw, g.wp
