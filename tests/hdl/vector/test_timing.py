@@ -23,6 +23,7 @@ from modelcircuit.hdl.flow import fpga_profile
 from modelcircuit.hdl.flow.nextpnr import nextpnr_args
 from modelcircuit.hdl.flow.tools import FlowError, Runner
 from modelcircuit.hdl.flow.yosys import dsp_budget_for, synthesize, write_design
+from modelcircuit.hdl.units.softmax import SOFT_PRODUCT_SLICE, SOFT_SUM_LEVELS
 from modelcircuit.hdl.vector.top import build_top, plan_top
 
 from ..helpers import check, compiled_from, extremes
@@ -37,18 +38,20 @@ def _softmax(tin: str, n: int, strategy: str):
 
 @pytest.mark.parametrize("tin,n", [("fixed<16,6>", 5), ("fixed<8,4>", 3)])
 def test_softmax_split_products_bit_exact(tin, n):
-    """`--strategy da` + "fmax": partial products of 6-bit slices of the reciprocal, two
-    registered sum levels for an 18-bit reciprocal (3 slices); the latency grows by exactly
-    those levels, the results are the golden model's (with stalls and gaps too)."""
+    """`--strategy da` + "fmax": partial products of 2-bit slices of the reciprocal, their
+    sum tree registered every SOFT_SUM_LEVELS levels (an 18-bit reciprocal: 9 slices, 4
+    levels, 2 stages); the latency grows by exactly those stages, the results are the
+    golden model's (with stalls and gaps too)."""
     c = _softmax(tin, n, "da")
     levels = (n - 1).bit_length()
     top, info = build_top(c, None, pipeline="fmax")
     unit = top.units[0][2]
     rw = T(SoftmaxAttrs.of(c.graph.nodes[0]).recip_type).width
-    assert unit.split == 6 and unit.slices == -(-rw // 6) >= 2
+    k, per = SOFT_PRODUCT_SLICE, SOFT_SUM_LEVELS
+    assert unit.split == k and unit.slices == -(-rw // k) >= 2
     x = extremes(T(tin), n, np.random.default_rng(7), 30)
     info, _ = check(c, x, gap=0.2, backpressure=0.2, pipeline="fmax")
-    assert info["latency"] == 2 * levels + 8 + (unit.slices - 1).bit_length()
+    assert info["latency"] == 2 * levels + 8 + -(-(unit.slices - 1).bit_length() // per)
     _, res = check(c, x[:4], pipeline="fmax")  # no stalls: the simulated latency
     assert [b - a for a, b in zip(res.accepted, res.delivered, strict=True)] == \
         [info["latency"]] * 4

@@ -362,6 +362,10 @@ class DenseGraph(Dense):
                                    [lo] * self.n_in, [hi] * self.n_in, bias, cap=self.mod)
         self.multipliers = self.shifts = 0
         self.levels = self.graph.depth
+        if s <= 0 or self.round_trn or self.tout.rounding == Rounding.TRN:
+            # the rounding is wiring (a bit select): no stage of its own ("fmax" gave it one:
+            # a cycle per layer that held no logic)
+            rq = [0, *rq[1:]]
         self.stage_regs = plan_stages([1] * self.levels + rq, self.adder_levels)
         self.latency = sum(self.stage_regs) + 1
 

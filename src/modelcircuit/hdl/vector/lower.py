@@ -36,7 +36,7 @@ from ..units.base import Unit
 from ..units.dense import Dense
 from ..units.elementwise import Elementwise, Lut, Wiring, threshold_fn
 from ..units.layernorm import lower_layer_norm
-from ..units.softmax import SOFT_PRODUCT_SLICE, Softmax, SoftmaxSerial, use_serial
+from ..units.softmax import SOFT_PRODUCT_SLICE, SOFT_SUM_LEVELS, Softmax, SoftmaxSerial, use_serial
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ def lower_softmax(g: Graph, node: Node, opt: Options) -> Unit:
         return SoftmaxSerial(*args, split=opt.schedule.lean, deep=deep)
     # `--strategy da` (no DSP block): products as registered slices
     split = SOFT_PRODUCT_SLICE if opt.strategy == "da" else 0
-    return Softmax(*args, deep=deep, split=split)
+    return Softmax(*args, deep=deep, split=split, sum_levels=SOFT_SUM_LEVELS)
 
 
 def lower_reshape(g: Graph, node: Node, opt: Options) -> Unit:
