@@ -118,12 +118,15 @@ def test_lut(func, tin, tout):
 
 @pytest.mark.parametrize("pipeline", ["latency", "fmax"])
 @pytest.mark.parametrize("tin,n", [("fixed<16,6>", 5), ("fixed<8,4>", 10), ("fixed<12,7,RND,SAT>", 3),
-                                   ("fixed<8,4>", 1)])
+                                   ("fixed<8,4>", 1), ("ufixed<6,2>", 8), ("fixed<4,2>", 2)])
 def test_softmax(tin, n, pipeline):
-    """"fmax" registers every level of the max and sum trees, x - max and the products too
-    (the jet tagger's softmax set its clock on an ECP5)."""
+    """"fmax" registers the max (2 <= n <= 8: all differences, then the argmax's selection;
+    else every level of its tree and x - max), every 2 levels of the sum tree and the
+    products too (the jet tagger's softmax set its clock on an ECP5); ties, extremes and
+    stalls bit-exact."""
     levels = (n - 1).bit_length()
-    latency = 4 if pipeline == "latency" else 2 * levels + 8
+    max_stages = 2 if 2 <= n <= 8 else levels + 1
+    latency = 4 if pipeline == "latency" else max_stages + -(-levels // 2) + 7
     node = Node.make("sm", "Softmax", ["x"], ["y"])
     c = compiled_from([node], {"x": ((n,), tin), "y": ((n,), "fixed<16,6>")}, {}, ["x"], ["y"],
                       "softmax")

@@ -42,11 +42,13 @@ The same rule costs the unit in the resource estimate (`softmax_cost`, for hdl/f
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
+from functools import reduce
 from typing import Any
 
 import numpy as np
-from amaranth.hdl import Const, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 
 from ...graphs.ops import SPATIAL, Op, SoftmaxAttrs
 from ...graphs.types import FixedType
@@ -69,11 +71,15 @@ class Softmax(Unit):
     2. e = exp_table[index]                  (ROM output register)
     3. s = sum(e), reciprocal index -> r = recip_table[...] (ROM output register), e delayed
     4. requantize(e * r) to the output type  -> register
-    With `deep` (the "fmax" schedule) every level of the max and of the sum trees, x - max,
-    both ROM outputs and the products are registered too (the data they still need delayed
-    alongside): the jet tagger's softmax set its clock on an ECP5 (43 MHz on the sum into
-    the reciprocal ROM's address, 53 MHz on the max tree, 75 MHz on the ROM output into
-    the multiplier).
+    With `deep` (the "fmax" schedule) every level of the max tree, every `SUM_LEVELS`
+    levels of the sum tree, x - max, both ROM outputs and the products are registered too
+    (the data they still need delayed alongside): the jet tagger's softmax set its clock on
+    an ECP5 (43 MHz on the sum into the reciprocal ROM's address, 53 MHz on the max tree,
+    75 MHz on the ROM output into the multiplier). Deep with 2 <= n <= `PAIRWISE_MAX`, the
+    max tree and x - max (levels + 1 stages) are two: every difference x_i - x_j
+    registered, then the argmax as a one-hot from their signs (ties: the lowest index, as
+    any tie gives the same differences) selecting d_i = x_i - x_argmax (n(n-1)
+    subtractors: 20 for the jet tagger's 5 classes).
     `split` (deep only; 0: off): the products are built in logic (no DSP block, `--strategy
     da`), so each e * r becomes partial products e * r_j over `split`-bit slices r_j of r,
     registered, then summed (shifted) in a pairwise tree with a register after every
@@ -81,6 +87,9 @@ class Softmax(Unit):
     slice is one adder.
     Exact: the sum of e * r_j << (j * split) is e * r.
     """
+
+    PAIRWISE_MAX = 8  # n(n-1) subtractors: 56 at 8
+    SUM_LEVELS = 2  # deep: sum-tree levels a stage (an 18-bit e: ~20-bit adders)
 
     def __init__(self, tin: FixedType, n: int, tout: FixedType, exp_table: np.ndarray,
                  exp_t: FixedType, exp_lo: int, exp_shift: int, recip_table: np.ndarray,
@@ -101,20 +110,25 @@ class Softmax(Unit):
         self.split_levels = (self.slices - 1).bit_length()  # the partial products' sum tree
         self.sum_levels = max(1, int(sum_levels))
         self.split_stages = -(-self.split_levels // self.sum_levels)
-        # deep: max levels, x - max, index, e, e registered, sum levels, r, r registered,
-        # products (partial products, their sum stages), output
-        self.latency = 2 * self.levels + 8 + self.split_stages if self.deep else 4
+        self.pairwise = self.deep and 2 <= n <= self.PAIRWISE_MAX
+        # deep: the max (its levels and x - max, or pairwise: differences, selection),
+        # index, e, e registered, the sum's stages, r, r registered, products (partial
+        # products, their sum stages), output
+        self.max_stages = 2 if self.pairwise else self.levels + 1
+        self.sum_stages = -(-self.levels // self.SUM_LEVELS)
+        self.latency = (self.max_stages + self.sum_stages + 7 + self.split_stages
+                        if self.deep else 4)
         self.multipliers = n
 
-    def _reduce(self, m: Module, vals: list[Value], keep: list[Value], op, name: str
-                ) -> tuple[Value, list[Value]]:
-        """Pairwise tree of `op`; with `deep` a register after every level, `keep`
-        delayed alongside. Returns (result, keep)."""
+    def _reduce(self, m: Module, vals: list[Value], keep: list[Value], op, name: str,
+                every: int = 1) -> tuple[Value, list[Value]]:
+        """Pairwise tree of `op`; with `deep` a register after every `every` levels and
+        after the last, `keep` delayed alongside. Returns (result, keep)."""
         cur = list(vals)
         for lvl in range(self.levels):
             cur = [op(cur[i], cur[i + 1]) if i + 1 < len(cur) else cur[i]
                    for i in range(0, len(cur), 2)]
-            if self.deep:
+            if self.deep and ((lvl + 1) % every == 0 or lvl + 1 == self.levels):
                 r = self.regs(m, cur + keep, f"{name}{lvl}_")
                 cur, keep = r[:len(cur)], r[len(cur):]
         return cur[0], keep
@@ -124,16 +138,19 @@ class Softmax(Unit):
         etab, et, elo, esh = self.exp
         rtab, rt, rlo, rsh = self.rec
         x = self.inputs()
-        mx, x = self._reduce(m, x, x, lambda a, b: Mux(a >= b, a, b), "mx")
-        d = [q - mx for q in x]
-        if self.deep:
-            d = self.regs(m, d, "d")
+        if self.pairwise:
+            d = self.regs(m, self._pairwise_d(m, x), "d")
+        else:
+            mx, x = self._reduce(m, x, x, lambda a, b: Mux(a >= b, a, b), "mx")
+            d = [q - mx for q in x]
+            if self.deep:
+                d = self.regs(m, d, "d")
         idx = self.regs(m, [table_index(v, elo, esh, len(etab)) for v in d], "ei")
         emem = table_rom(m, "exp_table", etab, et)
         e = [table_read(m, emem, a, self.en) for a in idx]
         if self.deep:  # block RAM clock-to-out is 5.6 ns on an ECP5: nothing after it
             e = self.regs(m, e, "eo")
-        s, e = self._reduce(m, e, e, lambda a, b: a + b, "s")
+        s, e = self._reduce(m, e, e, lambda a, b: a + b, "s", self.SUM_LEVELS)
         rmem = table_rom(m, "recip_table", rtab, rt)
         r = table_read(m, rmem, table_index(s, rlo, rsh, len(rtab)), self.en)
         e3 = self.regs(m, e, "e")
@@ -148,6 +165,30 @@ class Softmax(Unit):
         self.out_regs(m, [requantize(v, et.frac + rt.frac, self.out_spec[0]) for v in prods])
         return m
 
+
+    def _pairwise_d(self, m: Module, x: list[Value]) -> list[Value]:
+        """x_i - max(x) in two stages: every x_i - x_j registered; then x_j is the max
+        where x_j > x_k for every k < j and x_j >= x_k for every k > j (one j: the lowest
+        index among equal maxima) and d_i is the one-hot OR of x_i - x_j over that j."""
+        n = self.n
+        keys = [(i, j) for i in range(n) for j in range(n) if i != j]
+        regd = self.regs(m, [x[i] - x[j] for i, j in keys], "dd")
+        diff = dict(zip(keys, regd, strict=True))
+        neg = {k: v[-1] for k, v in diff.items()}  # exact widths: the sign bit
+        win = []
+        for j in range(n):
+            conds = [neg[(k, j)] for k in range(j)] + [~neg[(j, k)] for k in range(j + 1, n)]
+            w = Signal(name=f"win{j}")
+            m.d.comb += w.eq(Cat(*conds).all())
+            win.append(w)
+        width = max(len(v) for v in regd)
+        out = []
+        for i in range(n):
+            terms = [Mux(win[j], diff[(i, j)], 0) for j in range(n) if j != i]
+            acc = Signal(signed(width), name=f"dsel{i}")
+            m.d.comb += acc.eq(reduce(operator.or_, terms))
+            out.append(acc)
+        return out
 
     def _split_products(self, m: Module, e: list[Value], r: Value) -> list[Value]:
         """e_i * r as registered partial products over `split`-bit slices of r, summed
