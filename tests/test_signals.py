@@ -4,6 +4,7 @@ the next run; two runs writing the same --out at once both finish with a valid a
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -132,3 +133,27 @@ def test_python_dash_m_runs_the_command(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "modelcircuit", "profiles"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "ice40-up5k" in out.stdout, out
+
+
+@pytest.mark.parametrize("sig,exc", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, None)])
+def test_signal_inside_an_import_waits_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              sig: int, exc: type | None) -> None:
+    """The CI abort, made deterministic: a signal that arrives while a module is imported (the
+    compiler's lazy onnx import; nanobind aborts the process when an exception crosses its
+    module initialisation) is raised after the import finished, never inside it."""
+    from modelcircuit import cli
+
+    exc = exc or cli.Terminated
+    name = f"mc_sig_probe_{int(sig)}"
+    (tmp_path / f"{name}.py").write_text(
+        f"import signal\nreached = []\nsignal.raise_signal(signal.Signals({int(sig)}))\n"
+        "reached.append('after the signal')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    before = signal.getsignal(sig)
+    with pytest.raises(exc), cli._signals_raise():
+        probe = importlib.import_module(name)  # the signal is raised inside this import
+        assert probe.reached == ["after the signal"]  # the import ran to its end ...
+        time.sleep(5)  # ... and the signal comes back a moment later
+    assert sys.modules[name].reached == ["after the signal"]
+    assert signal.getsignal(sig) == before  # handlers restored on the way out

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -385,21 +386,48 @@ def _say_error(msg: str) -> None:
         pass
 
 
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM becomes an exception in the main thread (cleanup runs, exit 143)."""
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated()
+def _in_import(frame: Any) -> bool:
+    """Whether the interrupted code runs under an `import` (the compiler imports onnx,
+    onnxruntime, amaranth lazily). An exception raised there can land inside a C extension's
+    module initialisation, and nanobind (onnx) answers with std::terminate: an abort and a
+    C++ traceback instead of the one line (seen in CI: SIGINT 0.3 s into a compile)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
+
+SIGNAL_RETRY_S = 0.02  # how soon a signal that arrived during an import is delivered again
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGINT and SIGTERM become exceptions in the main thread (cleanup runs, exit 130/143),
+    but never inside an import: there the signal is sent again a moment later, until the
+    import has finished (an import is short; nothing is written during one)."""
+    raises = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated}
+
+    def handler(signum: int, frame: Any) -> None:
+        if _in_import(frame):
+            t = threading.Timer(SIGNAL_RETRY_S, os.kill, (os.getpid(), signum))
+            t.daemon = True
+            t.start()
+            return
+        raise raises[signal.Signals(signum)]()
+
+    old: dict[int, Any] = {}
     try:
-        old = signal.signal(signal.SIGTERM, handler)
+        for s in raises:
+            old[s] = signal.signal(s, handler)
     except ValueError:  # not the main thread (an embedding program): leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def _error_text(e: BaseException) -> str:
@@ -420,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    with _sigterm_raises():
+    with _signals_raise():
         try:
             args = make_parser().parse_args(argv)
             return int(args.fn(args))

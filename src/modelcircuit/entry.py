@@ -4,8 +4,9 @@ then imports the command line (numpy, onnx, the compiler: most of a second), the
 
 A signal while the imports run (or after the command finished, while the interpreter shuts
 down) has nothing to clean up: one `error:` line and exit 130 (SIGINT) or 143 (SIGTERM),
-at once, no traceback. While the command runs, cli.main turns them into exceptions, so that
-`finally` blocks remove temp folders before the same line and exit code (cli._main)."""
+at once, no traceback. While the command runs, cli.main turns them into exceptions (never inside
+an import, where a C extension's initialisation would abort), so that `finally` blocks remove
+temp folders before the same line and exit code (cli._main)."""
 
 from __future__ import annotations
 
@@ -40,9 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     _quit_on_signals()
     from .cli import main as cli_main
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # cli's cleanup runs from here
     try:
-        rc = cli_main(argv)  # SIGTERM: still _quit_now until cli._sigterm_raises takes over
+        rc = cli_main(argv)  # both signals: _quit_now until cli._signals_raise takes over
     except KeyboardInterrupt:  # before cli's own handler was entered: nothing written yet
         rc = _say(signal.SIGINT)
     for f in (sys.stdout, sys.stderr):  # what the command printed, before a late signal
