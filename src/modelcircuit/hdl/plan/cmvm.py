@@ -276,14 +276,16 @@ def _cross(a: np.ndarray, ad: np.ndarray, ac: np.ndarray, b: np.ndarray, bd: np.
 
 def _within(t: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
     """The keys of the pairs of terms of one column (c: sorted column numbers; each pair
-    once)."""
-    keys = _cross(t, d, c, t, d, c)
-    i = np.arange(len(t))
-    lo = np.searchsorted(c, c, "left")
-    size = np.searchsorted(c, c, "right") - lo
-    qi = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size) \
-        + np.repeat(lo, size)
-    return keys[qi > np.repeat(i, size)]
+    once). Only the pairs i < k of the terms sorted within their column: half the pairs
+    `_cross` of the columns with themselves would make, and no order to compare (the
+    terms of a column are distinct)."""
+    order = np.lexsort((t, c))
+    t, d, c = t[order], d[order], c[order]
+    n = len(t)
+    after = np.searchsorted(c, c, "right") - np.arange(n) - 1  # partners after each term
+    pi = np.repeat(np.arange(n), after)
+    qi = pi + 1 + np.arange(len(pi)) - np.repeat(np.cumsum(after) - after, after)
+    return _pair_keys(t[pi], d[pi], t[qi], d[qi])
 
 
 def _terms(cols: list[dict[int, int]], js: list[int]
