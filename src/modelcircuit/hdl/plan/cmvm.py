@@ -38,7 +38,8 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, islice
+from typing import Any
 
 import numpy as np
 
@@ -258,20 +259,19 @@ def _pair_keys(t1: np.ndarray, d1: np.ndarray, t2: np.ndarray, d2: np.ndarray) -
 
 
 def _cross(a: np.ndarray, ad: np.ndarray, ac: np.ndarray, b: np.ndarray, bd: np.ndarray,
-           bc: np.ndarray) -> np.ndarray:
+           bc: np.ndarray, sizes: bool = False) -> Any:
     """The keys of the pairs (a[i], b[k]) of the same column (ac[i] == bc[k]); both sorted
-    by column."""
-    if not len(a) or not len(b):
-        return np.zeros(0, dtype=np.int64)
+    by column. The keys of a[i]'s pairs come together, in the order of a; `sizes`: also
+    how many each a[i] has."""
     lo, hi = np.searchsorted(bc, ac, "left"), np.searchsorted(bc, ac, "right")
     size = hi - lo
     pi = np.repeat(np.arange(len(a)), size)
-    qi = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size) \
-        + np.repeat(lo, size)
+    qi = np.arange(len(pi)) - np.repeat(np.cumsum(size) - size, size) + np.repeat(lo, size)
     tp, tq, dp, dq = a[pi], b[qi], ad[pi], bd[qi]
     first = tp < tq
-    return _pair_keys(np.where(first, tp, tq), np.where(first, dp, dq),
+    keys = _pair_keys(np.where(first, tp, tq), np.where(first, dp, dq),
                       np.where(first, tq, tp), np.where(first, dq, dp))
+    return (keys, size) if sizes else keys
 
 
 def _within(t: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -288,12 +288,19 @@ def _within(t: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
     return _pair_keys(t[pi], d[pi], t[qi], d[qi])
 
 
-def _terms(cols: list[dict[int, int]], js: list[int]
+def _terms(cols: list[dict[int, int]], js: list[int],
+           skip: dict[int, dict[int, int]] | None = None
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The terms of columns js (sorted) one after the other: (terms, signs, column)."""
-    n = [len(cols[j]) for j in js]
-    t = np.fromiter(chain.from_iterable(cols[j].keys() for j in js), np.int64, sum(n))
-    d = np.fromiter(chain.from_iterable(cols[j].values() for j in js), np.int64, sum(n))
+    """The terms of columns js (sorted) one after the other: (terms, signs, column).
+    `skip`: leave out the last len(skip[j]) terms of column j (the ones an extraction put
+    in: a dict keeps insertion order, and `_Columns.insert` adds each at the end)."""
+    skip = skip or {}
+    n = [len(cols[j]) - len(skip.get(j, ())) for j in js]
+    jn = list(zip(js, n, strict=True))
+    t = np.fromiter(chain.from_iterable(islice(cols[j].keys(), k) for j, k in jn),
+                    np.int64, sum(n))
+    d = np.fromiter(chain.from_iterable(islice(cols[j].values(), k) for j, k in jn),
+                    np.int64, sum(n))
     return t, d, np.repeat(np.asarray(js, dtype=np.int64), n)
 
 
@@ -386,22 +393,24 @@ class _Columns:
             return
         ot, od, oc, o_within = _flat(self.out)
         it, id_, ic, i_within = _flat(self.into)
-        nt, nd, nc = _terms(self.cols, js)
         # the terms now that the extraction did not put in: same in both states
-        if len(it):
-            same = ~np.isin((nc << 40) | nt, (ic << 40) | it)
-            nt, nd, nc = nt[same], nd[same], nc[same]
-        gone = np.concatenate([_cross(ot, od, oc, nt, nd, nc),
-                               np.array(o_within, dtype=np.int64)])
-        made = np.concatenate([_cross(it, id_, ic, nt, nd, nc),
-                               np.array(i_within, dtype=np.int64)])
+        nt, nd, nc = _terms(self.cols, js, self.into)
+        # the pairs of the terms taken out (lost) and put in (made) with those, in one batch
+        a = np.concatenate([ot, it])
+        ac = np.concatenate([oc, ic])
+        order = np.argsort(ac, kind="stable")
+        cross, size = _cross(a[order], np.concatenate([od, id_])[order], ac[order], nt, nd, nc,
+                             sizes=True)
+        made_pair = np.repeat(order >= len(ot), size)
         self.out, self.into = {}, {}
-        if len(gone):
-            self._add(gone, -1)
-        if len(made):
-            u, c = np.unique(made, return_counts=True)
-            # new patterns: kept when seen twice (a fresh node's patterns are all here)
-            self._add(u, c, (c > 1) | (not fresh))
+        made = np.concatenate([cross[made_pair], np.array(i_within, dtype=np.int64)])
+        u, c = np.unique(made, return_counts=True)
+        gone = np.concatenate([cross[~made_pair], np.array(o_within, dtype=np.int64)])
+        # one count update: -1 a lost pair; new patterns kept when seen twice (a fresh
+        # node's patterns are all here); both sorted, so the new ones stay sorted
+        self._add(np.concatenate([gone, u]),
+                  np.concatenate([np.full(len(gone), -1, dtype=np.int64), c]),
+                  np.concatenate([np.zeros(len(gone), dtype=bool), (c > 1) | (not fresh)]))
 
     def remove(self, j: int, t: int) -> None:
         d = self.cols[j].pop(t)
