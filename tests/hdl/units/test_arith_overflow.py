@@ -1,7 +1,8 @@
 """arith.overflow (saturation as bit tests where the range is a power of two, comparisons
 for QONNX narrow ranges) against the numeric contract, graphs/fixed.overflow: every code of
 every input shape from 1 to 7 bits, signed and unsigned, into every output type of 1 to 6
-bits (signed, unsigned, narrow, SAT and WRAP), in one Amaranth simulation."""
+bits (signed, unsigned, narrow, SAT and WRAP), in one Amaranth simulation. The same for
+arith.overflow_relu (saturation and ReLU as one decision) against max(overflow, 0)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from amaranth.sim import Simulator
 
 from modelcircuit.graphs import fixed as fx
 from modelcircuit.graphs.types import FixedType, Overflow
-from modelcircuit.hdl.units.arith import overflow
+from modelcircuit.hdl.units.arith import overflow, overflow_relu
 
 
 def _check(ns: range | tuple[int, ...], ws: range | tuple[int, ...]) -> None:
     m = Module()
     cases = []
+    relus: list[Signal] = []
     bits = max(ns)
     for n in ns:
         for vs in (True, False):
@@ -30,9 +32,12 @@ def _check(ns: range | tuple[int, ...], ws: range | tuple[int, ...]) -> None:
                             t = FixedType(w, w, ts, overflow=ov, narrow=narrow)
                             v = Signal(signed(n) if vs else unsigned(n))
                             y = Signal(signed(w) if ts else unsigned(w))
-                            m.d.comb += y.eq(overflow(v, t))
+                            yr = Signal(signed(w) if ts else unsigned(w))
+                            m.d.comb += [y.eq(overflow(v, t)), yr.eq(overflow_relu(v, t, True))]
                             cases.append((v, y, t, n, vs))
+                            relus.append(yr)
     got: dict[int, list[int]] = {i: [] for i in range(len(cases))}
+    got_relu: dict[int, list[int]] = {i: [] for i in range(len(cases))}
 
     async def bench(ctx):  # noqa: ANN001
         for code in range(1 << bits):
@@ -41,6 +46,7 @@ def _check(ns: range | tuple[int, ...], ws: range | tuple[int, ...]) -> None:
                 ctx.set(v, c - (1 << n) if vs and c >> (n - 1) else c)
             for i, (_, y, _, _, _) in enumerate(cases):
                 got[i].append(ctx.get(y))
+                got_relu[i].append(ctx.get(relus[i]))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
@@ -51,6 +57,7 @@ def _check(ns: range | tuple[int, ...], ws: range | tuple[int, ...]) -> None:
         vals = np.array([c - (1 << n) if vs and c >> (n - 1) else c for c in codes])
         want = fx.overflow(vals, t).tolist()
         assert got[i] == want, (t, n, vs)
+        assert got_relu[i] == np.maximum(fx.overflow(vals, t), 0).tolist(), ("relu", t, n, vs)
 
 
 def test_overflow_against_the_contract():

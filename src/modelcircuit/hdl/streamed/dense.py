@@ -108,7 +108,7 @@ class FlatDense(SUnit):
     def elaborate(self, platform: object) -> Module:
         from amaranth.hdl import signed as _signed
 
-        from ..units.arith import overflow, relu, shift_round
+        from ..units.arith import overflow_relu, shift_round
 
         m = Module()
         en, tx, d, mm, C = self.en, self.tx, self.d, self.m, self.c
@@ -212,8 +212,7 @@ class FlatDense(SUnit):
         t = self.tout
 
         def finish(v: Value) -> Value:
-            q = overflow(shift_round(v, self.frac - t.frac, t.rounding), t)
-            return relu(q) if self.relu_ else q
+            return overflow_relu(shift_round(v, self.frac - t.frac, t.rounding), t, self.relu_)
 
         if self.group_major:
             self._group_major(m, ctl_b2, act_c, first_c, last_c, s_c, sum_c, finish)

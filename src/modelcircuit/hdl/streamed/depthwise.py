@@ -47,7 +47,7 @@ from amaranth.lib.memory import Memory
 from ...graphs.types import FixedType
 from ..errors import HdlError
 from ..plan.schedule import Schedule
-from ..units.arith import const_mul, fit, overflow, relu, shape_of, shift_round
+from ..units.arith import const_mul, fit, overflow_relu, shape_of, shift_round
 from ..units.base import Unit, circuit
 from ..units.dense import Dense
 from ..units.rom_text import rom
@@ -151,8 +151,7 @@ def _alignment(tx: FixedType, tw: FixedType, b: np.ndarray | None, tb: FixedType
 
 def _finish(v: Value, frac: int, t: FixedType, relu_: bool) -> Value:
     """The one requantization of an exact sum at `frac` fractional bits (+ ReLU)."""
-    q = overflow(shift_round(v, frac - t.frac, t.rounding), t)
-    return relu(q) if relu_ else q
+    return overflow_relu(shift_round(v, frac - t.frac, t.rounding), t, relu_)
 
 
 class DepthwiseFold(Unit):

@@ -38,6 +38,16 @@ def fit(v: Value, width: int, is_signed: bool) -> Value:
     return low.as_signed() if is_signed else low
 
 
+def shift_right(v: Value, s: int) -> Value:
+    """v >> s (arithmetic, s >= 0 a constant) as a slice, never a shifter cell: `v >> s`
+    with an integer s is a $sshr cell in Amaranth's netlist, whose every output bit depends
+    on every input bit (its comb-cycle check and RTLIL walk all of them: most of an R = 1
+    export's netlist time went to the requantization's shifts). The value is the same;
+    the width is len(v) - s (at least one bit)."""
+    y = Value.cast(v).shift_right(s)
+    return y if len(y) else Const(0, 1)
+
+
 def shift_round(v: Value, s: int, rounding: Rounding) -> Value:
     """Drop s >= 0 fractional bits (s < 0: add -s zero bits), as fixed.shift_round."""
     v = Value.cast(v)
@@ -46,11 +56,11 @@ def shift_round(v: Value, s: int, rounding: Rounding) -> Value:
     if s == 0:
         return v
     if rounding == Rounding.TRN:
-        return v >> s
+        return shift_right(v, s)
     half = 1 << (s - 1)
     if rounding == Rounding.RND:
-        return (v + half) >> s
-    fl = v >> s
+        return shift_right(v + half, s)
+    fl = shift_right(v, s)
     low = fit(v, s, False)
     up = (low > half) | ((low == half) & fl[0])
     return fl + up
@@ -108,14 +118,29 @@ def relu(v: Value) -> Value:
     v = Value.cast(v)
     if not v.shape().signed:
         return v
-    return Mux(v < 0, 0, v)
+    return Mux(v[-1], 0, v)  # the sign bit: v < 0 without a comparator
+
+
+def overflow_relu(v: Value, t: FixedType, relu_: bool) -> Value:
+    """relu(overflow(v, t)) when relu_ (else overflow(v, t)). Saturating, the two share one
+    decision: above qmax -> qmax, negative -> 0 (qmin is <= 0, so the ReLU maps every code
+    below it to 0 too), else v. One multiplexer and the sign bit instead of three
+    multiplexers and the qmin test (the same codes for every v)."""
+    v = Value.cast(v)
+    if not relu_:
+        return overflow(v, t)
+    if t.overflow != Overflow.SAT or t.qmax < 0 or t.qmin > 0:
+        return relu(overflow(v, t))
+    above, _ = _saturates(v, t)
+    neg = v[-1] if v.shape().signed else Const(0, 1)
+    return fit(Mux(above, t.qmax, Mux(neg, 0, v)), t.width, t.signed)
 
 
 def table_index(q: Value, lo: int, shift: int, size: int) -> Value:
     """reference.table_index: clip into [lo, lo + (size << shift) - 1], subtract lo, >> shift."""
     hi = lo + (size << shift) - 1
     c = Mux(q < lo, lo, Mux(q > hi, hi, q))
-    return fit((c - lo) >> shift, max(1, (size - 1).bit_length()), False)
+    return fit(shift_right(c - lo, shift), max(1, (size - 1).bit_length()), False)
 
 
 def const_mul(x: Value, c: int) -> tuple[Value | None, str]:

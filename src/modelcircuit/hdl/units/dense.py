@@ -65,7 +65,7 @@ from ..plan.cmvm import csd
 from ..plan.fold import fold_lanes, fold_shape, lane_kinds, window_memory
 from ..plan.schedule import Schedule, plan_stages
 from . import netlist_text
-from .arith import fit, overflow, relu, shape_of, shift_round, tree_levels
+from .arith import fit, overflow_relu, shape_of, shift_round, tree_levels
 from .base import Unit
 from .dense_fold import FoldStages
 
@@ -237,8 +237,7 @@ class Dense(Unit):
 
     def _finish(self, m: Module, vals: list[Value]) -> list[Value]:
         """Overflow, then ReLU."""
-        ys = self._named(m, [overflow(v, self.tout) for v in vals], "ov")
-        return [relu(y) if self.relu_ else y for y in ys]
+        return self._named(m, [overflow_relu(v, self.tout, self.relu_) for v in vals], "ov")
 
     def _requant(self, m: Module, vals: list[Value], round_reg: bool,
                  carry: list[Value]) -> tuple[list[Value], list[Value]]:
