@@ -1,15 +1,21 @@
 """Fully parallel (R = 1) Dense circuits against a peer: LUT4 / CCU2C / FF / DSP after the
 project's yosys `synth_ecp5`, per model and `--strategy` (mult: a product per weight; da:
 shared adder graphs, hdl/plan/cmvm.py, and no DSP block anywhere), plus the export time and
-latency; da4ml (the distributed-arithmetic compiler hls4ml uses, arXiv 2507.04535) on the
-same models' Dense layers, traced by bench/da4ml_peer.py in its own environment
-(DA4ML_PYTHON=/path/to/venv/bin/python with da4ml installed; skipped with the reason
-otherwise) and synthesized with the same yosys script. With --pnr, designs that fit an
-ecp5-85k are also placed and routed out of context for their Fmax (slow: tens of minutes
-each on a loaded machine).
+latency; the peer on the same models' Dense layers: alkaid 0.8 (da4ml's successor, the
+distributed-arithmetic compiler hls4ml uses, arXiv 2507.04535), with its ternary-adder
+fusion off and on, or da4ml, traced by bench/da4ml_peer.py in its own environment
+(ALKAID_PYTHON or DA4ML_PYTHON=/path/to/venv/bin/python; skipped with the reason otherwise)
+and synthesized with the same yosys script. `--logits`: our circuits without the model's
+final Softmax too (the peer has none), so that both sides are the same network. With --pnr,
+designs that fit the device are also placed and routed out of context for their Fmax and
+latency in ns (slow: tens of minutes each on a loaded machine).
 
-Run: [DA4ML_PYTHON=...] .venv/bin/python bench/hdl_peers.py [--models qkeras,jet16]
-     [--strategies da,mult] [--device ecp5-85k] [--pipeline latency] [--pnr] [--json FILE]
+Area is printed as LUT4 + CCU2C and as LUT4 + 2 CCU2C (a CCU2C is two LUT4s with carry:
+counting it once flatters carry-heavy designs).
+
+Run: [ALKAID_PYTHON=...] .venv/bin/python bench/hdl_peers.py [--models qkeras,jet16]
+     [--strategies da,mult] [--device ecp5-85k] [--pipeline latency] [--logits]
+     [--peer-fusion off,on] [--pnr] [--json FILE]
 Prints a table and writes JSON (bench/results/hdl_peers.json by default).
 """
 
@@ -34,10 +40,27 @@ MODELS = {  # name -> (file, precision: None = the model's own types)
 }
 
 
+def logits_model(path: Path, work: Path) -> Path:
+    """The model without its final Softmax (the graph output becomes the Softmax's input):
+    the network the peer builds. The model itself where it ends otherwise."""
+    import onnx
+
+    m = onnx.load(str(path))
+    g = m.graph
+    last = [n for n in g.node if g.output[0].name in n.output]
+    if not last or last[0].op_type != "Softmax":
+        return path
+    g.node.remove(last[0])
+    g.output[0].name = last[0].input[0]
+    out = work / f"{path.stem}_logits.onnx"
+    onnx.save(m, str(out))
+    return out
+
+
 def synth_row(model: str, strategy: str, device: str, pnr: bool = False,
-              pipeline: str = "latency") -> dict[str, Any]:
-    """Export (timed) and synthesize one model with one strategy; optionally place and
-    route. Returns the row."""
+              pipeline: str = "latency", logits: bool = False) -> dict[str, Any]:
+    """Export (timed) and synthesize one model with one strategy (`logits`: without its
+    final Softmax); optionally place and route. Returns the row."""
     from modelcircuit.api import compile as mc_compile
     from modelcircuit.data import load_model
     from modelcircuit.hdl.export import convert
@@ -45,13 +68,15 @@ def synth_row(model: str, strategy: str, device: str, pnr: bool = False,
     from modelcircuit.hdl.flow.yosys import dsp_budget_for
 
     path, prec = MODELS[model]
-    c = mc_compile(load_model(str(path)), precision=prec, strategy=strategy)
+    with tempfile.TemporaryDirectory(prefix="bench-logits-") as d:
+        src = logits_model(path, Path(d)) if logits else path
+        c = mc_compile(load_model(str(src)), precision=prec, strategy=strategy)
     t0 = time.perf_counter()
     v, _, info = convert(c, pipeline=pipeline)
     export_s = time.perf_counter() - t0
     prof = fpga_profile(device)
-    row: dict[str, Any] = {"model": model, "tool": f"modelcircuit --strategy {strategy}",
-                           "pipeline": pipeline, "export_s": round(export_s, 2),
+    row: dict[str, Any] = {"model": model + (" logits" if logits else ""),
+                           "tool": f"modelcircuit --strategy {strategy}", "pipeline": pipeline, "export_s": round(export_s, 2),
                            "latency": info["latency"], "ii": info["ii"]}
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
@@ -76,6 +101,9 @@ def _synth_row(row: dict[str, Any], design: Path, prof: dict[str, Any], work: Pa
     if pnr:
         _fits_then_pnr(row, st, work, prof)
     row["lut4_plus_ccu2c"] = row["lut4"] + row["ccu2c"]
+    row["lut4_plus_2ccu2c"] = row["lut4"] + 2 * row["ccu2c"]
+    if row.get("fmax_mhz") and row.get("latency") is not None:
+        row["latency_ns"] = round(row["latency"] * 1000 / row["fmax_mhz"], 1)
 
 
 def _fits_then_pnr(row: dict[str, Any], st: dict[str, Any], work: Path,
@@ -135,22 +163,32 @@ def dense_spec(c: Any) -> dict[str, Any]:
     return spec
 
 
-def da4ml_row(model: str, device: str, pnr: bool = False, cutoff: float = 5.0
-              ) -> dict[str, Any]:
-    """da4ml on the same model's Dense layers (bench/da4ml_peer.py in DA4ML_PYTHON's
-    environment), synthesized with the same yosys flow; a skip with the reason when da4ml
-    is not available."""
+def peer_python() -> tuple[str | None, str]:
+    """(the peer environment's interpreter, which variable named it): ALKAID_PYTHON first."""
+    for var in ("ALKAID_PYTHON", "DA4ML_PYTHON"):
+        py = os.environ.get(var)
+        if py and Path(py).exists():
+            return py, var
+    return None, ""
+
+
+def da4ml_row(model: str, device: str, pnr: bool = False, cutoff: float = 5.0,
+              ternary_fuse: bool = True) -> dict[str, Any]:
+    """The peer (alkaid, else da4ml: bench/da4ml_peer.py in ALKAID_PYTHON's or DA4ML_PYTHON's
+    environment) on the same model's Dense layers, synthesized with the same yosys flow; a
+    skip with the reason when neither is available."""
     import numpy as np
 
     from modelcircuit.api import compile as mc_compile
     from modelcircuit.data import load_model
     from modelcircuit.hdl.flow.devices import fpga_profile
 
-    py = os.environ.get("DA4ML_PYTHON")
-    row: dict[str, Any] = {"model": model, "tool": "da4ml"}
-    if not py or not Path(py).exists():
-        return dict(row, skipped="DA4ML_PYTHON is not set to a Python with da4ml installed "
-                                 "(python3.11 -m venv V && V/bin/pip install da4ml numpy)")
+    py, _ = peer_python()
+    row: dict[str, Any] = {"model": model, "tool": "alkaid/da4ml"}
+    if py is None:
+        return dict(row, skipped="neither ALKAID_PYTHON nor DA4ML_PYTHON names a Python with "
+                                 "alkaid or da4ml (python3.11 -m venv V && V/bin/pip install "
+                                 "alkaid numpy)")
     path, prec = MODELS[model]
     c = mc_compile(load_model(str(path)), precision=prec)
     try:
@@ -163,15 +201,18 @@ def da4ml_row(model: str, device: str, pnr: bool = False, cutoff: float = 5.0
         np.savez(work / "spec.npz", **{k: np.asarray(v) for k, v in spec.items()})
         t0 = time.perf_counter()
         r = subprocess.run([py, str(ROOT / "bench" / "da4ml_peer.py"), str(work / "spec.npz"),
-                            str(work), str(cutoff)], capture_output=True, text=True,
-                           timeout=3600)
+                            str(work), str(cutoff), "1" if ternary_fuse else "0"],
+                           capture_output=True, text=True, timeout=3600)
         if r.returncode != 0:
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:]
-            return dict(row, skipped=f"da4ml failed: {tail}")
+            return dict(row, skipped=f"the peer failed: {tail}")
         info = json.loads(r.stdout.strip().splitlines()[-1])
-        row.update(export_s=round(time.perf_counter() - t0, 2), latency=info["latency"],
-                   pipeline=f"latency_cutoff {info['cutoff']:g}", note="Dense layers only "
-                   "(da4ml has no Softmax)")
+        tool = info.get("tool", "da4ml")
+        if info.get("ternary_fuse") is not None:
+            tool += f" (ternary fusion {'on' if info['ternary_fuse'] else 'off'})"
+        row.update(tool=tool, export_s=round(time.perf_counter() - t0, 2),
+                   latency=info["latency"], pipeline=f"latency_cutoff {info['cutoff']:g}",
+                   note="Dense layers only (the peer has no Softmax)")
         _synth_row(row, work / "da4ml_top.v", prof, work, pnr, top=info["top"])
     return row
 
@@ -185,8 +226,19 @@ def main() -> int:
     ap.add_argument("--pnr", action="store_true")
     ap.add_argument("--da4ml-cutoff", type=float, default=5.0,
                     help="da4ml's latency_cutoff (pipeline registers), its own delay units")
+    ap.add_argument("--logits", action="store_true",
+                    help="our circuits without the model's final Softmax (like the peer)")
+    ap.add_argument("--peer-fusion", default="off,on",
+                    help="alkaid's ternary-adder fusion: off, on or both (da4ml: ignored)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "hdl_peers.json"))
     a = ap.parse_args()
+    fusions = [f for f in a.peer_fusion.split(",") if f]
+    if any(f not in ("off", "on") for f in fusions):
+        print(f"error: --peer-fusion takes off, on or both, got {a.peer_fusion!r}",
+              file=sys.stderr)
+        return 2
+    if peer_python()[1] != "ALKAID_PYTHON":
+        fusions = fusions[:1]  # da4ml has no such switch: one row
     rows = []
     for m in a.models.split(","):
         if m not in MODELS:
@@ -196,12 +248,13 @@ def main() -> int:
             rows.append({"model": m, "tool": "-", "skipped": f"{MODELS[m][0]} absent"})
             continue
         for s in [s for s in a.strategies.split(",") if s]:  # "" : the peer's rows only
-            rows.append(synth_row(m, s, a.device, a.pnr, a.pipeline))
+            rows.append(synth_row(m, s, a.device, a.pnr, a.pipeline, a.logits))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-        rows.append(da4ml_row(m, a.device, a.pnr, a.da4ml_cutoff))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    cols = ["model", "tool", "lut4", "ccu2c", "lut4_plus_ccu2c", "ff", "dsp", "latency",
-            "export_s", "synth_s", "fmax_mhz", "pnr_s"]
+        for f in fusions:
+            rows.append(da4ml_row(m, a.device, a.pnr, a.da4ml_cutoff, f == "on"))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    cols = ["model", "tool", "lut4", "ccu2c", "lut4_plus_ccu2c", "lut4_plus_2ccu2c", "ff",
+            "dsp", "latency", "fmax_mhz", "latency_ns", "export_s", "synth_s", "pnr_s"]
     print(" | ".join(cols))
     for r in rows:
         if "skipped" in r:
