@@ -29,34 +29,34 @@ def test_shift_round_against_the_contract() -> None:
     m = Module()
     cases = []
     bits = max(WIDTHS)
+    inputs = []  # (signal, its value at every step)
     for n in WIDTHS:
         for vs in (True, False):
             v = Signal(signed(n) if vs else unsigned(n), name=f"v{n}{'s' if vs else 'u'}")
+            inputs.append((v, _codes(n, vs, bits)))
             for s in SHIFTS:
                 for r in Rounding:
                     y = Signal(signed(n + 4), name=f"y{len(cases)}")  # holds every result
                     m.d.comb += y.eq(shift_round(v, s, r))
-                    cases.append((v, y, n, vs, s, r))
+                    cases.append((y, inputs[-1][1], s, r))
                 if s >= 0:
                     y = Signal(signed(n + 1), name=f"y{len(cases)}")
                     m.d.comb += y.eq(shift_right(v, s))
-                    cases.append((v, y, n, vs, s, None))
+                    cases.append((y, inputs[-1][1], s, None))
     got: list[list[int]] = [[] for _ in cases]
 
     async def bench(ctx):  # noqa: ANN001
         for code in range(1 << bits):
-            for n in WIDTHS:
-                for vs in (True, False):
-                    v = next(c[0] for c in cases if c[2] == n and c[3] == vs)
-                    ctx.set(v, _codes(n, vs, bits)[code])
+            for v, values in inputs:
+                ctx.set(v, values[code])
             for i, c in enumerate(cases):
-                got[i].append(ctx.get(c[1]))
+                got[i].append(ctx.get(c[0]))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
     sim.run()
     assert len(cases) == len(WIDTHS) * 2 * (len(SHIFTS) * 3 + 9)
-    for i, (_, _, n, vs, s, r) in enumerate(cases):
-        vals = np.array(_codes(n, vs, bits))
+    for i, (_, values, s, r) in enumerate(cases):
+        vals = np.array(values)
         want = (vals >> s) if r is None else fx.shift_round(vals, s, r)
-        assert got[i] == want.tolist(), (n, vs, s, r)
+        assert got[i] == want.tolist(), (values[:4], s, r)

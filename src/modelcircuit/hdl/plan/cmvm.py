@@ -40,7 +40,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain, islice
-from typing import Any
 
 import numpy as np
 
@@ -260,10 +259,10 @@ def _pair_keys(t1: np.ndarray, d1: np.ndarray, t2: np.ndarray, d2: np.ndarray) -
 
 
 def _cross(a: np.ndarray, ad: np.ndarray, ac: np.ndarray, b: np.ndarray, bd: np.ndarray,
-           bc: np.ndarray, sizes: bool = False) -> Any:
-    """The keys of the pairs (a[i], b[k]) of the same column (ac[i] == bc[k]); both sorted
-    by column. The keys of a[i]'s pairs come together, in the order of a; `sizes`: also
-    how many each a[i] has."""
+           bc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, sizes): the keys of the pairs (a[i], b[k]) of the same column (ac[i] ==
+    bc[k]), both sorted by column; the keys of a[i]'s pairs come together, in the order of
+    a, sizes[i] of them."""
     lo, hi = np.searchsorted(bc, ac, "left"), np.searchsorted(bc, ac, "right")
     size = hi - lo
     pi = np.repeat(np.arange(len(a)), size)
@@ -272,7 +271,7 @@ def _cross(a: np.ndarray, ad: np.ndarray, ac: np.ndarray, b: np.ndarray, bd: np.
     first = tp < tq
     keys = _pair_keys(np.where(first, tp, tq), np.where(first, dp, dq),
                       np.where(first, tq, tp), np.where(first, dq, dp))
-    return (keys, size) if sizes else keys
+    return keys, size
 
 
 def _within(t: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -400,8 +399,7 @@ class _Columns:
         a = np.concatenate([ot, it])
         ac = np.concatenate([oc, ic])
         order = np.argsort(ac, kind="stable")
-        cross, size = _cross(a[order], np.concatenate([od, id_])[order], ac[order], nt, nd, nc,
-                             sizes=True)
+        cross, size = _cross(a[order], np.concatenate([od, id_])[order], ac[order], nt, nd, nc)
         made_pair = np.repeat(order >= len(ot), size)
         self.out, self.into = {}, {}
         made = np.concatenate([cross[made_pair], np.array(i_within, dtype=np.int64)])

@@ -132,8 +132,7 @@ def overflow_relu(v: Value, t: FixedType, relu_: bool) -> Value:
     if t.overflow != Overflow.SAT or t.qmax < 0 or t.qmin > 0:
         return relu(overflow(v, t))
     above, _ = _saturates(v, t)
-    neg = v[-1] if v.shape().signed else Const(0, 1)
-    return fit(Mux(above, t.qmax, Mux(neg, 0, v)), t.width, t.signed)
+    return fit(Mux(above, t.qmax, relu(v)), t.width, t.signed)
 
 
 def table_index(q: Value, lo: int, shift: int, size: int) -> Value:
