@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modelcircuit.hdl.plan import cmvm
+from modelcircuit.hdl.plan.cmvm_counts import Columns, unkey
 
 
 @st.composite
@@ -293,7 +294,7 @@ def test_cost_model_against_yosys(family: str, device: str, tmp_path) -> None:  
     assert 0.75 * want <= got <= 1.25 * want, (got, want, st["cells"])
 
 
-def _recount(cols: cmvm._Columns) -> dict[int, int]:
+def _recount(cols: Columns) -> dict[int, int]:
     """Every pattern's count over all pairs of terms within a column, from scratch (pure
     Python, no numpy): what the incremental counts must equal."""
     out: dict[int, int] = {}
@@ -315,7 +316,7 @@ def test_incremental_pattern_counts_equal_a_recount(seed: int) -> None:
     rng = np.random.default_rng(seed)
     w = rng.integers(-40, 41, size=(10, 8))
     g_ref = cmvm.optimize(w, [-8] * 10, [7] * 10)
-    cols = cmvm._Columns(8)
+    cols = Columns(8)
     for j in range(8):
         for i in range(10):
             for d, k in cmvm.csd(int(w[i, j])):
@@ -333,7 +334,7 @@ def test_incremental_pattern_counts_equal_a_recount(seed: int) -> None:
         k = cols.best(lambda _k: True)
         assert k == min(x for x, c in full.items() if c == best)
         # extract it by hand as optimize does: a fresh node per extraction
-        a, b, ds, sg = cmvm._unkey(k)
+        a, b, ds, sg = unkey(k)
         for j in range(8):
             col = cols.cols[j]
             for s in sorted(cols.idx[j].get(a, ())):

@@ -6,7 +6,7 @@ of shifted inputs; many of those two-term sums (x_a ± x_b << k) recur across ou
 computing each once and sharing it is what makes distributed arithmetic small (da4ml,
 arXiv 2507.04535, extracts two-term patterns greedily in the same way). Pure Python and
 numpy: the circuit (hdl/units/dense.py) walks the graph this module returns; nothing here knows
-Amaranth.
+Amaranth. The pattern counts step 2 reads are kept in hdl/plan/cmvm_counts.py.
 
 The algorithm:
 1. every column j of W becomes a set of terms (node, shift, sign) from the CSD digits of its
@@ -37,11 +37,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import chain, islice
 
 import numpy as np
+
+from .cmvm_counts import SH, Columns, Key, unkey
 
 
 def csd(c: int) -> list[tuple[int, int]]:
@@ -237,233 +237,8 @@ class _Builder:
         return self.add(n1, s1 - m, n2, s2 - m, d1 * d2), m, d1
 
 
-# A term (node, shift) is the integer node << 8 | shift (shift < 256), so that comparing
-# terms compares (node, shift); a pattern of two terms t1 < t2 with signs d1, d2 is the
-# integer n1 << 42 | n2 << 20 | (s2 - s1 + 512) << 1 | (d1 == d2).
-Key = int
-_SH = 8
 ICE40_CARRY, ICE40_LUT = 0.93, 1.26  # per carry-chain bit (see AdderGraph.cost)
 ECP5_CCU2C, ECP5_LUT = 0.54, 0.0
-_DROPPED = -(1 << 40)
-
-
-def _unkey(k: Key) -> tuple[int, int, int, int]:
-    """(node a, node b, shift of b - shift of a, sign a * sign b)."""
-    return k >> 42, (k >> 20) & ((1 << 22) - 1), ((k >> 1) & 1023) - 512, 1 if k & 1 else -1
-
-
-def _pair_keys(t1: np.ndarray, d1: np.ndarray, t2: np.ndarray, d2: np.ndarray) -> np.ndarray:
-    """The pattern keys of the term pairs (t1[i], t2[i]), t1 < t2 elementwise (int64)."""
-    return ((t1 >> _SH) << 42) | ((t2 >> _SH) << 20) | (((t2 & 255) - (t1 & 255) + 512) << 1) \
-        | (d1 == d2)
-
-
-def _cross(a: np.ndarray, ad: np.ndarray, ac: np.ndarray, b: np.ndarray, bd: np.ndarray,
-           bc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(keys, sizes): the keys of the pairs (a[i], b[k]) of the same column (ac[i] ==
-    bc[k]), both sorted by column; the keys of a[i]'s pairs come together, in the order of
-    a, sizes[i] of them."""
-    lo, hi = np.searchsorted(bc, ac, "left"), np.searchsorted(bc, ac, "right")
-    size = hi - lo
-    pi = np.repeat(np.arange(len(a)), size)
-    qi = np.arange(len(pi)) - np.repeat(np.cumsum(size) - size, size) + np.repeat(lo, size)
-    tp, tq, dp, dq = a[pi], b[qi], ad[pi], bd[qi]
-    first = tp < tq
-    keys = _pair_keys(np.where(first, tp, tq), np.where(first, dp, dq),
-                      np.where(first, tq, tp), np.where(first, dq, dp))
-    return keys, size
-
-
-def _within(t: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The keys of the pairs of terms of one column (c: sorted column numbers; each pair
-    once). Only the pairs i < k of the terms sorted within their column: half the pairs
-    `_cross` of the columns with themselves would make, and no order to compare (the
-    terms of a column are distinct)."""
-    order = np.lexsort((t, c))
-    t, d, c = t[order], d[order], c[order]
-    n = len(t)
-    after = np.searchsorted(c, c, "right") - np.arange(n) - 1  # partners after each term
-    pi = np.repeat(np.arange(n), after)
-    qi = pi + 1 + np.arange(len(pi)) - np.repeat(np.cumsum(after) - after, after)
-    return _pair_keys(t[pi], d[pi], t[qi], d[qi])
-
-
-def _terms(cols: list[dict[int, int]], js: list[int],
-           skip: dict[int, dict[int, int]] | None = None
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The terms of columns js (sorted) one after the other: (terms, signs, column).
-    `skip`: leave out the last len(skip[j]) terms of column j (the ones an extraction put
-    in: a dict keeps insertion order, and `_Columns.insert` adds each at the end)."""
-    skip = skip or {}
-    n = [len(cols[j]) - len(skip.get(j, ())) for j in js]
-    jn = list(zip(js, n, strict=True))
-    t = np.fromiter(chain.from_iterable(islice(cols[j].keys(), k) for j, k in jn),
-                    np.int64, sum(n))
-    d = np.fromiter(chain.from_iterable(islice(cols[j].values(), k) for j, k in jn),
-                    np.int64, sum(n))
-    return t, d, np.repeat(np.asarray(js, dtype=np.int64), n)
-
-
-def _flat(log: dict[int, dict[int, int]]
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
-    """A change log {column: {term: sign}} (a few terms per column) as `_terms` does it, and
-    the keys of the pairs within each column's terms (Python: a handful)."""
-    t: list[int] = []
-    d: list[int] = []
-    c: list[int] = []
-    within: list[int] = []
-    for j in sorted(log):
-        items = sorted(log[j].items())
-        for i, (t1, d1) in enumerate(items):
-            t.append(t1)
-            d.append(d1)
-            c.append(j)
-            n1, s1 = t1 >> _SH, t1 & 255
-            for t2, d2 in items[i + 1:]:
-                within.append((n1 << 42) | ((t2 >> _SH) << 20)
-                              | (((t2 & 255) - s1 + 512) << 1) | (d1 == d2))
-    return (np.array(t, dtype=np.int64), np.array(d, dtype=np.int64),
-            np.array(c, dtype=np.int64), within)
-
-
-class _Columns:
-    """The columns' terms {term: sign} (per column node -> shifts; per node the columns
-    holding it), and the count of every pattern that occurred at least twice when it was
-    first counted, over all pairs of terms within a column: sorted int64 `keys` and their
-    `counts` (numpy; new patterns first in a small sorted `tail`, merged into `keys` now and
-    then), the most frequent pattern by argmax (ties: the smallest key, deterministic; a
-    dropped pattern's count is -2**40).
-
-    Why only those: after the initial count, a pattern only gains pairs when an extraction
-    puts in the terms of its new node, and every pattern of that node is counted then, in
-    one batch, once; a pattern seen once at birth can only lose pairs (the node's terms come
-    in once; the others' only leave). The counts change in one numpy batch per extraction,
-    from its log of the terms it took out (`out`: as they were) and put in (`into`): the
-    pairs lost are those of `out` with the columns as they were (the terms now, less
-    `into`, plus `out`), the pairs made those of `into` with the columns now. Before, each
-    removed or inserted term walked its column in Python to move each pair between count
-    buckets: ~70 % of the export time of a 16-bit jet tagger (bench/cmvm.py)."""
-
-    TAIL = 4096  # new patterns kept apart until there are this many
-
-    def __init__(self, n_out: int):
-        self.cols: list[dict[int, int]] = [{} for _ in range(n_out)]
-        self.idx: list[dict[int, set[int]]] = [{} for _ in range(n_out)]
-        self.where: dict[int, set[int]] = {}
-        self.keys = np.zeros(0, dtype=np.int64)
-        self.counts = np.zeros(0, dtype=np.int64)
-        self.tkeys = np.zeros(0, dtype=np.int64)
-        self.tcounts = np.zeros(0, dtype=np.int64)
-        self.out: dict[int, dict[int, int]] = {}
-        self.into: dict[int, dict[int, int]] = {}
-
-    def build_counts(self) -> None:
-        t, d, c = _terms(self.cols, list(range(len(self.cols))))
-        u, n = np.unique(_within(t, d, c), return_counts=True)
-        many = n > 1
-        self.keys, self.counts = u[many], n[many].astype(np.int64)
-        self.out, self.into = {}, {}
-
-    def _add(self, k: np.ndarray, by: np.ndarray | int, new: np.ndarray | None = None
-             ) -> None:
-        """counts[k] += by for the known keys k; unknown ones: added with count `by` where
-        `new` says so (k sorted and unique then)."""
-        for keys, counts in ((self.keys, self.counts), (self.tkeys, self.tcounts)):
-            pos = np.searchsorted(keys, k)
-            found = pos < len(keys)
-            found[found] = keys[pos[found]] == k[found]
-            np.add.at(counts, pos[found], by if np.isscalar(by) else by[found])
-            if new is not None:
-                new = new & ~found
-        if new is not None and new.any():
-            pos = np.searchsorted(self.tkeys, k[new])
-            self.tkeys = np.insert(self.tkeys, pos, k[new])
-            self.tcounts = np.insert(self.tcounts, pos, by[new])
-            if len(self.tkeys) > self.TAIL:
-                pos = np.searchsorted(self.keys, self.tkeys)
-                self.keys = np.insert(self.keys, pos, self.tkeys)
-                self.counts = np.insert(self.counts, pos, self.tcounts)
-                self.tkeys, self.tcounts = self.tkeys[:0], self.tcounts[:0]
-
-    def update(self, fresh: bool) -> None:
-        """Count the change the log holds (and clear it); fresh: the extraction made a new
-        node (else its patterns were counted before)."""
-        js = sorted(set(self.out) | set(self.into))
-        if not js:
-            return
-        ot, od, oc, o_within = _flat(self.out)
-        it, id_, ic, i_within = _flat(self.into)
-        # the terms now that the extraction did not put in: same in both states
-        nt, nd, nc = _terms(self.cols, js, self.into)
-        # the pairs of the terms taken out (lost) and put in (made) with those, in one batch
-        a = np.concatenate([ot, it])
-        ac = np.concatenate([oc, ic])
-        order = np.argsort(ac, kind="stable")
-        cross, size = _cross(a[order], np.concatenate([od, id_])[order], ac[order], nt, nd, nc)
-        made_pair = np.repeat(order >= len(ot), size)
-        self.out, self.into = {}, {}
-        made = np.concatenate([cross[made_pair], np.array(i_within, dtype=np.int64)])
-        u, c = np.unique(made, return_counts=True)
-        gone = np.concatenate([cross[~made_pair], np.array(o_within, dtype=np.int64)])
-        # one count update: -1 a lost pair; new patterns kept when seen twice (a fresh
-        # node's patterns are all here); both sorted, so the new ones stay sorted
-        self._add(np.concatenate([gone, u]),
-                  np.concatenate([np.full(len(gone), -1, dtype=np.int64), c]),
-                  np.concatenate([np.zeros(len(gone), dtype=bool), (c > 1) | (not fresh)]))
-
-    def remove(self, j: int, t: int) -> None:
-        d = self.cols[j].pop(t)
-        into = self.into.get(j)
-        if into and t in into:  # put in by this extraction: no change
-            del into[t]
-        else:
-            self.out.setdefault(j, {})[t] = d
-        n = t >> _SH
-        sh = self.idx[j][n]
-        sh.discard(t & 255)
-        if not sh:
-            del self.idx[j][n]
-            self.where[n].discard(j)
-
-    def insert(self, j: int, t: int, d: int) -> None:
-        col = self.cols[j]
-        while t in col:  # the same node and shift twice: 2x (a shift) or 0
-            d0 = col[t]
-            self.remove(j, t)
-            if d0 != d:
-                return
-            t += 1
-        col[t] = d
-        self.into.setdefault(j, {})[t] = d
-        n = t >> _SH
-        self.idx[j].setdefault(n, set()).add(t & 255)
-        self.where.setdefault(n, set()).add(j)
-
-    def drop(self, k: Key) -> None:
-        """Never pick k again (too deep, or no occurrence left)."""
-        for keys, counts in ((self.keys, self.counts), (self.tkeys, self.tcounts)):
-            i = int(np.searchsorted(keys, k))
-            if i < len(keys) and keys[i] == k:
-                counts[i] = _DROPPED
-
-    def best(self, ok: Callable[[Key], bool]) -> Key | None:
-        """The most frequent pattern (count >= 2) that `ok` accepts. (Ties by the narrowest
-        new node instead of the smallest key: chain bits -1.2 to -1.4 % on the jet taggers,
-        but the tied keys are thousands once counts reach 2, and finding and ordering them
-        doubled the optimiser's time: not taken.)"""
-        while True:
-            c, k = 1, 0
-            for keys, counts in ((self.keys, self.counts), (self.tkeys, self.tcounts)):
-                if len(counts):
-                    i = int(np.argmax(counts))
-                    ci, ki = int(counts[i]), int(keys[i])
-                    if ci > c or ci == c > 1 and ki < k:
-                        c, k = ci, ki
-            if c < 2:
-                return None
-            if ok(k):
-                return k
-            self.drop(k)
 
 
 def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarray,
@@ -477,7 +252,7 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
     w = np.asarray(w, dtype=object if np.asarray(w).dtype == object else np.int64)
     n_in, n_out = w.shape
     bld = _Builder([int(v) for v in lo], [int(v) for v in hi])
-    cols = _Columns(n_out)
+    cols = Columns(n_out)
     for j in range(n_out):
         for i in range(n_in):
             c = int(w[i, j])
@@ -486,7 +261,7 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
             for d, k in csd(c):
                 if k > 255:
                     raise ValueError(f"weight {c} has digits beyond 2**255")
-                cols.insert(j, (i << _SH) | k, d)
+                cols.insert(j, (i << SH) | k, d)
     digits = sum(len(c) for c in cols.cols)
     longest = max([len(c) for c in cols.cols] + [1])
     if max_depth is None:
@@ -497,14 +272,14 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
         nodes = bld.nodes
 
         def ok(k: Key) -> bool:
-            a, b, _, _ = _unkey(k)
+            a, b, _, _ = unkey(k)
             return max(nodes[a].depth, nodes[b].depth) + 1 <= max_depth
 
         while True:
             k = cols.best(ok)
             if k is None:
                 break
-            a, b, ds, sg = _unkey(k)
+            a, b, ds, sg = unkey(k)
             n_nodes = len(bld.nodes)
             hit = False
             for j in sorted(cols.where[a] & cols.where[b]):
@@ -512,7 +287,7 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
                 for s in sorted(cols.idx[j].get(a, ())):
                     if not 0 <= s + ds < 256:
                         continue
-                    t1, t2 = (a << _SH) | s, (b << _SH) | (s + ds)
+                    t1, t2 = (a << SH) | s, (b << SH) | (s + ds)
                     if t1 not in col or t2 not in col or t1 == t2 or col[t1] * col[t2] != sg:
                         continue
                     d1, d2 = col[t1], col[t2]
@@ -520,14 +295,14 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
                     node, m, d = bld.pair((a, s, d1), (b, s + ds, d2))
                     cols.remove(j, t1)
                     cols.remove(j, t2)
-                    cols.insert(j, (node << _SH) | m, d)
+                    cols.insert(j, (node << SH) | m, d)
             extracted += 1
             if not hit:  # only overlapping occurrences were counted: drop the pattern
                 cols.drop(k)
             cols.update(fresh=len(bld.nodes) > n_nodes)
     outputs: list[tuple[int, int] | None] = []
     for j, col in enumerate(cols.cols):
-        terms = [(t >> _SH, t & 255, d) for t, d in sorted(col.items())]
+        terms = [(t >> SH, t & 255, d) for t, d in sorted(col.items())]
         if bias is not None and int(bias[j]):
             b = int(bias[j])
             tz = (b & -b).bit_length() - 1
