@@ -161,13 +161,13 @@ def test_il_cores_equal_verilog_cores(tmp_path) -> None:  # noqa: ANN001
     c, plan, _ = chain_case(6, n_layers=2)
     assert set(plan.strategy.values()) == {"mult", "da"}
     v, il, _ = convert(c, plan, pipeline="fmax")
-    (tmp_path / "c.v").write_text(v[v.index("module top__core0("):])
-    (tmp_path / "c.il").write_text(il[il.index("module \\top__core0"):])
-    (tmp_path / "all.il").write_text(il)
-    script = ["read_rtlil all.il", "hierarchy -check -top top", "design -reset"]
+    assert "module top__tail0(" in v and "module \\top__tail0" in il  # the cores' tails
+    (tmp_path / "c.v").write_text(v)
+    (tmp_path / "c.il").write_text(il)
+    script = ["read_rtlil c.il", "hierarchy -check -top top", "design -reset"]
     for k in range(2):
-        name = f"top__core{k}"
-        prep = [f"hierarchy -top {name}", "proc", "wreduce", "opt_clean"]
+        name = f"top__core{k}"  # with the tails it instantiates (flattened into it)
+        prep = [f"hierarchy -check -top {name}", "proc", "flatten", "wreduce", "opt_clean"]
         script += ["design -reset", "read_verilog c.v", *prep, f"rename {name} gold",
                    "design -stash gold", "read_rtlil c.il", *prep, f"rename {name} gate",
                    "design -stash gate", "design -copy-from gold -as gold gold",
@@ -223,3 +223,14 @@ def test_text_cores_rtl_bit_exact(tmp_path) -> None:  # noqa: ANN001
 def test_text_cores_rtl_bit_exact_matrix(seed: int, pipeline: str, tmp_path) -> None:  # noqa: ANN001
     c, plan, x = chain_case(seed, n_layers=4)
     _simulate(c, plan, x, pipeline, tmp_path)
+
+
+def test_register_bits_counts_every_instance() -> None:
+    """A module instantiated n times (the cores' tails) holds n times its flip-flops."""
+    leaf = ("module \\leaf\n  wire width 3 input 1 \\d\n  wire width 3 output 2 \\q\n"
+            "  cell $dff $1\n    parameter \\WIDTH 3\n    connect \\D \\d\n    connect \\Q \\q\n"
+            "  end\nend\n")
+    top = ("module \\top\n" + "".join(f"  cell \\leaf \\u{i}\n  end\n" for i in range(4))
+           + "  cell $dffe $9\n    parameter \\WIDTH 2\n  end\nend\n")
+    assert register_bits(top + leaf) == 4 * 3 + 2
+    assert register_bits(leaf) == 3

@@ -394,6 +394,7 @@ def convert_axi(compiled: CompiledGraph, reuse: Reuse | str | None = None,
         top, info = axi_top(compiled, reuse, beat_bytes, adder_levels, pipeline,
                             out_beat_bytes)
         il = rtlil.convert(top, name=top_name, emit_src=False)
+        il += cs.tails_rtlil()  # the cores' tails: written by the same yosys run
     from amaranth.back import verilog
 
     v = verilog._convert_rtlil_text(il)

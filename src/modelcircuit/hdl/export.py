@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,25 +24,8 @@ from .errors import HdlError
 from .names import check_top_name
 from .plan.circuit import CircuitPlan, resolve_plan
 from .plan.reuse import Reuse
-from .units.netlist_text import CoreSet, text_cores
+from .units.netlist_text import CoreSet, register_bits, text_cores
 from .vector.top import build_top
-
-_FF = re.compile(r"cell \$(?:a?dffe?|sdffe?|aldffe?|dffsre?) .*?\n(.*?)\n\s*end\n", re.S)
-_WIDTH = re.compile(r"parameter \\WIDTH (\d+)")
-
-
-def register_bits(rtlil_text: str) -> int:
-    """Flip-flop bits of an RTLIL netlist (memory read registers included)."""
-    bits = 0
-    for body in _FF.findall(rtlil_text):
-        m = _WIDTH.search(body)
-        bits += int(m.group(1)) if m else 0
-    for body in re.findall(r"cell \$memrd_v2 .*?\n(.*?)\n\s*end\n", rtlil_text, re.S):
-        if re.search(r"parameter \\CLK_ENABLE 1'1|parameter \\CLK_ENABLE 1\b", body):
-            m = re.search(r"parameter \\WIDTH (\d+)", body)
-            bits += int(m.group(1)) if m else 0
-    return bits
-
 
 CORES = ("text", "amaranth")
 
@@ -72,13 +54,16 @@ def convert(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = N
     top, info = build_top(compiled, plan)
     with _cores(cores, top_name) as cs:
         il = rtlil.convert(top, name=top_name, emit_src=False)
+        tails = cs.tails_rtlil() if cs is not None else ""
     to_verilog = getattr(verilog, "_convert_rtlil_text", None)
     if to_verilog is not None:  # what verilog.convert does, without elaborating twice
-        v = to_verilog(il)
+        v = to_verilog(il + tails)  # the tails' Verilog in the same yosys run
     else:
         top, _ = build_top(compiled, plan)
-        with _cores(cores, top_name) as cs:
+        with _cores(cores, top_name) as cs2:
             v = verilog.convert(top, name=top_name, emit_src=False)
+            v += "".join(verilog.convert(comp, name=name, emit_src=False)
+                         for name, comp in (cs2.tails.values() if cs2 is not None else ()))
     if cs is not None and cs.verilog_texts:
         v += cs.verilog()
         il += cs.rtlil()

@@ -84,14 +84,15 @@ class Unit(Planned):
         return [fit(port[i * t.width:(i + 1) * t.width], t.width, t.signed) for i in range(n)]
 
     def regs(self, m: Module, values: Sequence[Value], name: str,
-             shapes: Sequence[object] | None = None) -> list[Signal]:
-        """Register values (enabled by `en`); data registers need no reset."""
+             shapes: Sequence[object] | None = None, en: Value | None = None) -> list[Signal]:
+        """Register values (enabled by `en`, the unit's unless given); data registers need
+        no reset."""
         out = []
         for i, v in enumerate(values):
             v = Value.cast(v)
             s = Signal(shapes[i] if shapes else v.shape(), name=f"{name}{i}", reset_less=True)
             out.append(s)
-        with m.If(self.en):
+        with m.If(self.en if en is None else en):
             m.d.sync += [s.eq(v) for s, v in zip(out, values, strict=True)]
         return out
 

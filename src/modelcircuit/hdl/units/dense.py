@@ -24,12 +24,14 @@ most M bits, modulo 2**M); a register goes after adder level d wherever plan_sta
 one (each level weighs 1), and a value read at a later stage is delayed by registers to
 it. Latency = registers planned + 1, II = 1, both known before elaboration.
 
-R = 1 core, two writers: `_core_parallel` / `_core_graph` build everything up to the sums
-(products or adder graph, the tree, their registers) through an "ops" object: on Amaranth
-values (`_AmaranthOps`: amaranth.sim, the FPGA flow) or, inside an export
+R = 1 core, two writers: `_core_build` (DenseParallel, DenseGraph) builds everything up to
+the sums (products or adder graph, the tree, their registers) through an "ops" object: on
+Amaranth values (`_AmaranthOps`: amaranth.sim, the FPGA flow) or, inside an export
 (hdl/export.convert), as Verilog and RTLIL text with the same value shapes
-(hdl/netlist_text.TextOps), one module instantiated here; the requantization after the sums
-is Amaranth either way.
+(hdl/netlist_text.TextOps), one module instantiated here. The requantization after the
+sums (`_tail`: rounding, its register, overflow + ReLU, the output register) is Amaranth
+either way: inline per output, or, in an export, one module per distinct tail (`_Tail`)
+that the text core instantiates per output.
 
 R > 1 (fold.Fold): the input vector is loaded into a rotating register and consumed in R_in
 chunks of c elements, one chunk per step, for each of R_out output groups of m outputs:
@@ -57,6 +59,8 @@ from __future__ import annotations
 
 import numpy as np
 from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal, Value, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from ...graphs.types import FixedType, Rounding
 from ..errors import HdlError
@@ -220,9 +224,6 @@ class Dense(Unit):
         assert all(len(c) == 1 for c in cols)
         return [c[0] for c in cols], carry
 
-    def _round(self, v: Value) -> Value:
-        return shift_round(v, self.frac - self.tout.frac, self.tout.rounding)
-
     @staticmethod
     def _named(m: Module, vals: list[Value], name: str) -> list[Value]:
         """Within an export (netlist_text.text_cores), each value as a named signal: Amaranth
@@ -240,31 +241,58 @@ class Dense(Unit):
         return self._named(m, [overflow_relu(v, self.tout, self.relu_) for v in vals], "ov")
 
     def _requant(self, m: Module, vals: list[Value], round_reg: bool,
-                 carry: list[Value]) -> tuple[list[Value], list[Value]]:
-        """Round, (register), overflow + ReLU. Returns (outputs, carry)."""
-        r = self._named(m, [self._round(fit(v, self.mod, True)) for v in vals], "rd")
+                 carry: list[Value], en: Value | None = None) -> tuple[list[Value], list[Value]]:
+        """Round, (register, enabled by en: the unit's unless given), overflow + ReLU.
+        Returns (outputs, carry)."""
+        r = self._named(m, [shift_round(fit(v, self.mod, True), self.frac - self.tout.frac,
+                                        self._rounding()) for v in vals], "rd")
         if round_reg:
-            regd = self.regs(m, r + carry, "rq")
+            regd = self.regs(m, r + carry, "rq", en=en)
             r, carry = regd[:len(r)], regd[len(r):]
         return self._finish(m, r), carry
 
-    def _core(self, m: Module) -> list[Value]:
-        """R = 1: the products or adder graph and the tree, up to the sums (before the
-        requantization), registers as planned. In Amaranth, or, inside an export's
-        netlist_text.text_cores block, as a Verilog text module (the same circuit, written
-        from the same code through netlist_text.TextOps) instantiated here."""
-        build = self._core_build
+    def _rounding(self) -> Rounding:
+        """The tail's rounding (DenseGraph: TRN where the graph's constant adds the half)."""
+        return self.tout.rounding
+
+    def _tail_reg(self) -> bool:
+        """Whether the tail registers the rounded value (the plan's stage after the tree)."""
+        raise NotImplementedError  # R = 1 circuits
+
+    def _tail(self, m: Module, sums: list[Value], en: Value) -> list[Signal]:
+        """R = 1: each sum (modulo 2**M) rounded, (registered), overflow + ReLU, into the
+        output registers, enabled by en. Returns the output registers."""
+        outs, _ = self._requant(m, sums, self._tail_reg(), [], en)
+        t = self.tout
+        return self.regs(m, [fit(v, t.width, t.signed) for v in outs], "y",
+                         [shape_of(t)] * len(outs), en=en)
+
+    def _tail_key(self) -> tuple[object, ...]:
+        """What `_tail` depends on: equal keys, the same circuit."""
+        return (self.mod, self.frac - self.tout.frac, self._rounding(), self._tail_reg(),
+                self.tout, self.relu_)
+
+    def _elaborate_r1(self) -> Module:
+        """R = 1: the core (products or adder graph, the tree: `_core_build`) and the tails.
+        In Amaranth, or, inside an export's netlist_text.text_cores block, as a Verilog text
+        module (the same circuit, written from the same code through netlist_text.TextOps)
+        instantiated here, which instantiates one `_Tail` module per output."""
+        m = Module()
         cores = netlist_text.active()
         if cores is None:
-            return [Value.cast(v) for v in build(self._amaranth_ops(m), self.inputs())]
-        t = self.tx
+            sums = [Value.cast(v) for v in self._core_build(self._amaranth_ops(m), self.inputs())]
+            self.drive_y(m, self._tail(m, sums, self.en))
+            return m
+        t, to = self.tx, self.tout
         ops = netlist_text.TextOps(len(self.x0))
-        sums = build(ops, [ops.input(i * t.width, t.width, t.signed) for i in range(self.n_in)])
-        name = cores.add(ops, sums, self.mod)
-        s = Signal(self.mod * self.n_out, name="core_s")
+        sums = self._core_build(ops, [ops.input(i * t.width, t.width, t.signed)
+                                      for i in range(self.n_in)])
+        tail = cores.tail(self._tail_key(), lambda: _Tail(self))
+        ys = [ops.instance(tail, ops.fit(v, self.mod, True), to.width, to.signed) for v in sums]
+        name = cores.add(ops, ys, to.width)
         m.submodules.core = Instance(name, i_clk=ClockSignal("sync"), i_en=self.en,
-                                     i_x=self.x0, o_s=s)
-        return [s[j * self.mod:(j + 1) * self.mod].as_signed() for j in range(self.n_out)]
+                                     i_x=self.x0, o_s=self.y)
+        return m
 
     def _core_build(self, ops: _Ops, x: list[object]) -> list[object]:
         raise NotImplementedError  # R = 1 circuits: the products or the adder graph
@@ -279,6 +307,22 @@ class Dense(Unit):
             y = ops.shl(x, a.bit_length() - 1)
             return ops.neg(y) if c < 0 else y
         return ops.mul(x, c)
+
+
+class _Tail(wiring.Component):
+    """One output's requantization tail of an R = 1 Dense (`Dense._tail`) as a module of
+    its own: ports en, a (the sum, M bits signed) and y (the output code, registered)."""
+
+    def __init__(self, unit: Dense):
+        self.unit = unit
+        super().__init__({"en": In(1), "a": In(signed(unit.mod)),
+                          "y": Out(shape_of(unit.tout))})
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        y, = self.unit._tail(m, [self.a], self.en)
+        m.d.comb += self.y.eq(y)
+        return m
 
 
 class DenseParallel(Dense):
@@ -335,12 +379,11 @@ class DenseParallel(Dense):
         sums, _ = self._tree(ops, cols, flags[1:1 + self.levels], [])
         return sums
 
+    def _tail_reg(self) -> bool:
+        return self.stage_regs[1 + self.levels]
+
     def elaborate(self, platform: object) -> Module:
-        m = Module()
-        sums = self._core(m)
-        outs, _ = self._requant(m, sums, self.stage_regs[1 + self.levels], [])
-        self.out_regs(m, outs)
-        return m
+        return self._elaborate_r1()
 
 
 class DenseGraph(Dense):
@@ -422,16 +465,14 @@ class DenseGraph(Dense):
         return [ops.const(0, 1, False) if o is None else ops.shl(at(o[0], stage), o[1])
                 for o in g.outputs]
 
+    def _rounding(self) -> Rounding:
+        return Rounding.TRN if self.round_trn else self.tout.rounding
+
+    def _tail_reg(self) -> bool:
+        return self.stage_regs[self.levels]
+
     def elaborate(self, platform: object) -> Module:
-        m = Module()
-        sums = self._core(m)
-        r = self._named(m, [shift_round(fit(v, self.mod, True), self.frac - self.tout.frac,
-                                        Rounding.TRN if self.round_trn else self.tout.rounding)
-                            for v in sums], "rd")
-        if self.stage_regs[self.levels]:
-            r = self.regs(m, r, "rq")
-        self.out_regs(m, self._finish(m, r))
-        return m
+        return self._elaborate_r1()
 
 
 class DenseFolded(FoldStages, Dense):

@@ -9,9 +9,14 @@ describes completely, so `export.convert` writes it as text straight from the pl
 same `Dense._core_*` code, run on `TextOps`), one module per Dense in Verilog
 (templates/hdl/core.v.j2) and in RTLIL (core.il.j2), which the Dense unit instantiates (an
 Amaranth `Instance`; yosys writes the Verilog of the rest, as before). The
-requantization tail (rounding, overflow, ReLU, output registers) stays in Amaranth, so its
-semantics are written once. amaranth.sim and the FPGA flow (hdl/flow/yosys.write_design)
-keep the pure Amaranth core: the text cores are used only inside `text_cores()`.
+requantization tail of each output (rounding, overflow, ReLU, its registers) is written
+once, in Amaranth (hdl/units/dense.py `Dense._tail`): the tail of one output is converted
+once per distinct tail (`CoreSet.tail`: the same width, shift, rounding, type and ReLU give
+the same circuit) as a module `<top>__tail<n>`, which each core instantiates per output
+(`TextOps.instance`). Built in Amaranth per output instead, the tails were most of an
+export's netlist time after the cores (the jet tagger's 133 outputs: ~0.7 s).
+amaranth.sim and the FPGA flow (hdl/flow/yosys.write_design) keep the pure Amaranth circuit:
+the text cores are used only inside `text_cores()`.
 
 Semantics, the same circuit as the Amaranth core bit for bit: `TextOps` offers the
 operations hdl/units/dense.py builds its core with (constant shift, negation, add, subtract,
@@ -32,13 +37,53 @@ assignment, which extends or truncates), registers are $dffe cells.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ...util import templating
+from ..errors import HdlError
+
+_MODULE = re.compile(r"^module (\S+)\n(.*?)^end$", re.S | re.M)
+_FF = re.compile(r"cell \$(?:a?dffe?|sdffe?|aldffe?|dffsre?) .*?\n(.*?)\n\s*end\n", re.S)
+_MEMRD = re.compile(r"cell \$memrd_v2 .*?\n(.*?)\n\s*end\n", re.S)
+_WIDTH = re.compile(r"parameter \\WIDTH (\d+)")
+_INSTANCE = re.compile(r"^\s*cell (\\\S+) ", re.M)
+
+
+def _own_register_bits(body: str) -> int:
+    bits = 0
+    for cell in _FF.findall(body):
+        m = _WIDTH.search(cell)
+        bits += int(m.group(1)) if m else 0
+    for cell in _MEMRD.findall(body):
+        if re.search(r"parameter \\CLK_ENABLE 1'1|parameter \\CLK_ENABLE 1\b", cell):
+            m = _WIDTH.search(cell)
+            bits += int(m.group(1)) if m else 0
+    return bits
+
+
+def register_bits(rtlil_text: str) -> int:
+    """Flip-flop bits of an RTLIL netlist (memory read registers included), each module's
+    counted once per instance: from every module no other module instantiates (the top)."""
+    own: dict[str, int] = {}
+    uses: dict[str, Counter[str]] = {}
+    for name, body in _MODULE.findall(rtlil_text):
+        own[name] = _own_register_bits(body)
+        uses[name] = Counter(_INSTANCE.findall(body))
+    memo: dict[str, int] = {}
+
+    def total(name: str) -> int:
+        if name not in memo:
+            memo[name] = own[name] + sum(n * total(t) for t, n in uses[name].items() if t in own)
+        return memo[name]
+
+    used = {t for u in uses.values() for t in u}
+    return sum(total(n) for n in own if n not in used)
 
 
 def bits_for(n: int) -> int:
@@ -92,6 +137,7 @@ class TextOps:
         self.in_width = in_width
         self.wires: list[tuple[bool, int, str, str, tuple[TV, ...]]] = []
         self.regs_: list[tuple[int, str, TV]] = []
+        self.insts: list[tuple[str, str, TV, str, int]] = []  # (module, instance, a, y, width)
         self.names: set[str] = set()
         self.reg_bits = 0
         self._n = 0
@@ -169,6 +215,19 @@ class TextOps:
             out.append(TV(r, f"\\{r}", v.width, v.width, v.signed))
         return out
 
+    def instance(self, module: str, a: TV, width: int, signed: bool) -> TV:
+        """An instance of `module` (a tail, `CoreSet.tail`: ports clk, rst, en, a and y)
+        fed `a` (exactly as wide as its port: `fit` it first); its y, `width` bits."""
+        n = len(self.insts)
+        y = self._wire_name(f"q{n}")
+        self.insts.append((module, self._wire_name(f"t{n}"), a, y, width))
+        return TV(y, f"\\{y}", width, width, signed)
+
+    def _wire_name(self, name: str) -> str:
+        assert name not in self.names, name
+        self.names.add(name)
+        return name
+
     # -- the module -------------------------------------------------------------------
     def verilog(self, name: str, outs: Sequence[TV], out_width: int) -> str:
         """The module as Verilog: outs[j] (each fit to out_width bits by its assignment) in
@@ -179,9 +238,11 @@ class TextOps:
             expr = f"{sym}{args[0].sv()}" if len(args) == 1 else sym.join(a.sv() for a in args)
             wires.append(("(* keep = 32'd1 *) " if keep else "", width, wname, expr))
         o = [((j + 1) * out_width - 1, j * out_width, v.sv()) for j, v in enumerate(outs)]
+        insts = [(mod, inst, a.expr, y, w) for mod, inst, a, y, w in self.insts]
         return templating.render("hdl", "core.v.j2", name=name, in_width=self.in_width,
                                  out_width=max(1, out_width * len(outs)), wires=wires,
-                                 regs=[(w, r, v.sv()) for w, r, v in self.regs_], outs=o)
+                                 regs=[(w, r, v.sv()) for w, r, v in self.regs_], outs=o,
+                                 insts=insts)
 
     def rtlil(self, name: str, outs: Sequence[TV], out_width: int) -> str:
         """The same module as RTLIL: one signed cell per wire ($pos for a plain assignment,
@@ -207,36 +268,79 @@ class TextOps:
             wires.append(("", width, f"$d{k}"))
             cell("$pos", [v], width, f"$d{k}")
             dffs.append((width, f"$d{k}", f"\\{r}"))
+        insts = []
+        for mod, inst, a, y, w in self.insts:
+            wires.append(("", w, f"\\{y}"))
+            insts.append((f"\\{mod}", f"\\{inst}", a.sig, f"\\{y}"))
         for j, v in enumerate(outs):
             cell("$pos", [v], out_width, f"\\s [{(j + 1) * out_width - 1}:{j * out_width}]")
         return templating.render("hdl", "core.il.j2", name=name, in_width=self.in_width,
                                  out_width=max(1, out_width * len(outs)), wires=wires,
-                                 unary=unary, binary=binary, dffs=dffs)
+                                 unary=unary, binary=binary, dffs=dffs, insts=insts)
 
 
 @dataclass
 class CoreSet:
     """The text cores of one export, one module per Dense, in elaboration order
-    (deterministic names): Verilog and RTLIL. `reg_bits`: their flip-flop bits."""
+    (deterministic names): Verilog and RTLIL; and the tails they instantiate (`tail`),
+    converted by Amaranth once each (`tails_rtlil`: their Verilog comes from the yosys run
+    that writes the rest of the design)."""
 
     prefix: str
     verilog_texts: list[str] = field(default_factory=list)
     rtlil_texts: list[str] = field(default_factory=list)
-    reg_bits: int = 0
+    core_bits: int = 0
+    tails: dict[Any, tuple[str, Any]] = field(default_factory=dict)  # key -> (name, component)
+    tail_uses: Counter[str] = field(default_factory=Counter)
+    _tails_il: dict[str, str] | None = None
+
+    def tail(self, key: Any, make: Callable[[], Any]) -> str:
+        """The module name of the tail `key` (its component made by `make` the first time)."""
+        if self._tails_il is not None:
+            raise HdlError("internal: a tail asked for after the tails were converted")
+        if key not in self.tails:
+            self.tails[key] = (f"{self.prefix}__tail{len(self.tails)}", make())
+        return self.tails[key][0]
 
     def add(self, ops: TextOps, outs: Sequence[TV], out_width: int) -> str:
         """Record one core; returns its module name."""
         name = f"{self.prefix}__core{len(self.verilog_texts)}"
         self.verilog_texts.append(ops.verilog(name, outs, out_width))
         self.rtlil_texts.append(ops.rtlil(name, outs, out_width))
-        self.reg_bits += ops.reg_bits
+        self.core_bits += ops.reg_bits
+        self.tail_uses.update(inst[0] for inst in ops.insts)
         return name
+
+    def tails_rtlil(self) -> str:
+        """The tails as RTLIL modules (after elaboration: every tail is known then)."""
+        return "".join(self._tails().values())
+
+    def _tails(self) -> dict[str, str]:
+        if self._tails_il is None:
+            from amaranth.back import rtlil
+
+            self._tails_il = {}
+            for name, comp in self.tails.values():
+                il = rtlil.convert(comp, name=name, emit_src=False)
+                # one top per design: the tail is a submodule
+                il = il.replace("attribute \\top 1\n", "", 1)
+                if not re.search(r"wire width 1 input \d+ +\\rst\n", il):
+                    raise HdlError(f"internal: tail {name} has no rst port")
+                self._tails_il[name] = il
+        return self._tails_il
+
+    @property
+    def reg_bits(self) -> int:
+        """Flip-flop bits of the cores, the tails they instantiate included."""
+        tails = {name: register_bits(il) for name, il in self._tails().items()}
+        return self.core_bits + sum(n * tails[t] for t, n in self.tail_uses.items())
 
     def verilog(self) -> str:
         return "".join(self.verilog_texts)
 
     def rtlil(self) -> str:
-        return "".join(self.rtlil_texts)
+        """The cores' RTLIL, then the tails'."""
+        return "".join(self.rtlil_texts) + self.tails_rtlil()
 
 
 _ACTIVE: ContextVar[CoreSet | None] = ContextVar("modelcircuit_text_cores", default=None)
