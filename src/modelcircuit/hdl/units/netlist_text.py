@@ -287,8 +287,10 @@ class CoreSet:
     that writes the rest of the design)."""
 
     prefix: str
-    verilog_texts: list[str] = field(default_factory=list)
-    rtlil_texts: list[str] = field(default_factory=list)
+    # each module's text, or what renders it (a core is rendered when the export asks for
+    # the text: hdl/export.convert does that while yosys writes the rest's Verilog)
+    verilog_texts: list[str | Callable[[], str]] = field(default_factory=list)
+    rtlil_texts: list[str | Callable[[], str]] = field(default_factory=list)
     core_bits: int = 0
     tails: dict[Any, tuple[str, Any]] = field(default_factory=dict)  # key -> (name, component)
     tail_uses: Counter[str] = field(default_factory=Counter)
@@ -305,8 +307,8 @@ class CoreSet:
     def add(self, ops: TextOps, outs: Sequence[TV], out_width: int) -> str:
         """Record one core; returns its module name."""
         name = f"{self.prefix}__core{len(self.verilog_texts)}"
-        self.verilog_texts.append(ops.verilog(name, outs, out_width))
-        self.rtlil_texts.append(ops.rtlil(name, outs, out_width))
+        self.verilog_texts.append(lambda: ops.verilog(name, outs, out_width))
+        self.rtlil_texts.append(lambda: ops.rtlil(name, outs, out_width))
         self.core_bits += ops.reg_bits
         self.tail_uses.update(inst[0] for inst in ops.insts)
         return name
@@ -336,11 +338,15 @@ class CoreSet:
         return self.core_bits + sum(n * tails[t] for t, n in self.tail_uses.items())
 
     def verilog(self) -> str:
-        return "".join(self.verilog_texts)
+        return "".join(_text(t) for t in self.verilog_texts)
 
     def rtlil(self) -> str:
         """The cores' RTLIL, then the tails'."""
-        return "".join(self.rtlil_texts) + self.tails_rtlil()
+        return "".join(_text(t) for t in self.rtlil_texts) + self.tails_rtlil()
+
+
+def _text(t: str | Callable[[], str]) -> str:
+    return t if isinstance(t, str) else t()
 
 
 _ACTIVE: ContextVar[CoreSet | None] = ContextVar("modelcircuit_text_cores", default=None)
