@@ -16,7 +16,6 @@ Prints a table and writes JSON (bench/results/cmvm.json by default).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -56,7 +55,6 @@ def run_model(name: str) -> tuple[list[dict[str, Any]], float]:
         return g
 
     cmvm.optimize = timed
-    os.environ["MODELCIRCUIT_JOBS"] = "1"  # in this process, in turn: each call timed here
     try:
         t0 = time.process_time()
         convert(c, pipeline="latency")

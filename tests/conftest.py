@@ -350,17 +350,13 @@ def gpu_available() -> bool:
 def pytest_configure(config):  # noqa: ANN001
     """BLAS threads: each test process gets its share of the cores it was given (pytest -n N:
     cores // N, at least one), never OpenBLAS's one thread per core in every worker. A
-    user's OPENBLAS_NUM_THREADS / OMP_NUM_THREADS still applies where it asks for fewer.
-    The adder graphs (hdl/plan/cmvm_ahead.py) likewise: as many processes as the share."""
+    user's OPENBLAS_NUM_THREADS / OMP_NUM_THREADS still applies where it asks for fewer."""
     import os
 
     from modelcircuit.graphs.threads import cores_given, limit_process
-    from modelcircuit.hdl.plan.cmvm_ahead import JOBS_ENV
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    share = max(1, cores_given() // max(workers, 1))
-    limit_process(share)
-    os.environ.setdefault(JOBS_ENV, str(share))
+    limit_process(max(1, cores_given() // max(workers, 1)))
     _sigint_back()
 
 

@@ -64,7 +64,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...graphs.types import FixedType, Rounding
 from ..errors import HdlError
-from ..plan import cmvm_ahead
+from ..plan import cmvm
 from ..plan.cmvm import csd
 from ..plan.fold import fold_lanes, fold_shape, lane_kinds, window_memory
 from ..plan.schedule import Schedule, plan_stages
@@ -400,7 +400,7 @@ class DenseGraph(Dense):
         s = self.frac - self.tout.frac
         self.round_trn = self.tout.rounding == Rounding.RND and s > 0
         bias = [b + ((1 << (s - 1)) if self.round_trn else 0) for b in self.bias]
-        self.graph = cmvm_ahead.optimize(np.asarray(w, dtype=np.int64) << self.p_shift,
+        self.graph = cmvm.optimize(np.asarray(w, dtype=np.int64) << self.p_shift,
                                    [lo] * self.n_in, [hi] * self.n_in, bias, cap=self.mod)
         self.multipliers = self.shifts = 0
         self.levels = self.graph.depth

@@ -34,7 +34,6 @@ from amaranth.lib.wiring import In, Out
 from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
 from ..names import instance_name
-from ..plan import cmvm_ahead
 from ..plan.circuit import CircuitPlan, resolve_plan
 from ..plan.reuse import Reuse
 from ..plan.schedule import DEFAULT_ADDER_LEVELS, FPGA_ADDER_LEVELS
@@ -331,8 +330,7 @@ def _design(compiled: CompiledGraph, plan: CircuitPlan) -> Any:
 
     if is_streamed(compiled.graph):
         return StreamModel(compiled, plan)
-    with cmvm_ahead.ahead(lambda: VectorDesign(compiled, plan)):  # adder graphs side by side
-        return VectorDesign(compiled, plan)
+    return VectorDesign(compiled, plan)
 
 
 def build_top(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = None,
