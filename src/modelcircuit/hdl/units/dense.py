@@ -24,7 +24,7 @@ most M bits, modulo 2**M); a register goes after adder level d wherever plan_sta
 one (each level weighs 1), and a value read at a later stage is delayed by registers to
 it. Latency = registers planned + 1, II = 1, both known before elaboration.
 
-R = 1 core, two writers: `_core_build` (DenseParallel, DenseGraph) builds everything up to
+R = 1 core, two writers: `_core_build` (DenseParallel, DenseGraph: hdl/units/dense_r1.py) builds everything up to
 the sums (products or adder graph, the tree, their registers) through an "ops" object: on
 Amaranth values (`_AmaranthOps`: amaranth.sim, the FPGA flow) or, inside an export
 (hdl/export.convert), as Verilog and RTLIL text with the same value shapes
@@ -64,8 +64,6 @@ from amaranth.lib.wiring import In, Out
 
 from ...graphs.types import FixedType, Rounding
 from ..errors import HdlError
-from ..plan import cmvm
-from ..plan.cmvm import csd
 from ..plan.fold import fold_lanes, fold_shape, lane_kinds, window_memory
 from ..plan.schedule import Schedule, plan_stages
 from . import netlist_text
@@ -130,7 +128,7 @@ class _AmaranthOps:
         return self.unit.regs(self.m, values, name)
 
 
-_Ops = _AmaranthOps | netlist_text.TextOps
+Ops = _AmaranthOps | netlist_text.TextOps
 
 
 class Dense(Unit):
@@ -138,6 +136,16 @@ class Dense(Unit):
     `Dense(...)` makes the circuit its plan calls for (`__new__`): `DenseParallel` (R = 1,
     products), `DenseGraph` (R = 1, strategy "da": one shared adder graph) or `DenseFolded`
     (R > 1); each plans itself in `_plan` and builds itself in `elaborate`."""
+
+    kind_strategy = "mult"  # what describe() reports: DenseGraph is "da"
+    # the circuits, registered by their classes (the R = 1 ones live in dense_r1.py, which
+    # the units package imports): "parallel", "graph", "folded"
+    kinds: dict[str, type[Dense]] = {}
+
+    def __init_subclass__(cls, kind: str | None = None, **kw: object) -> None:
+        super().__init_subclass__(**kw)
+        if kind is not None:
+            Dense.kinds[kind] = cls
 
     def __new__(cls, tx: FixedType, w: np.ndarray, *args: object, **kw: object) -> Dense:
         if cls is not Dense:
@@ -147,8 +155,8 @@ class Dense(Unit):
         if strategy not in STRATEGIES:
             raise HdlError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
         # adder graphs at R = 1 only: a folded layer time-shares its multipliers
-        kind = DenseFolded if reuse > 1 else DenseGraph if strategy == "da" else DenseParallel
-        return super().__new__(kind)
+        kind = "folded" if reuse > 1 else "graph" if strategy == "da" else "parallel"
+        return super().__new__(Dense.kinds[kind])
 
     def __init__(self, tx: FixedType, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
                  tb: FixedType | None, tout: FixedType, acc: FixedType, relu: bool,
@@ -173,7 +181,7 @@ class Dense(Unit):
         self.reuse = int(reuse)
         self.ii = self.reuse
         rq = [self.pipe.requant_levels] * 2  # rounding, overflow + ReLU
-        self.strategy = "da" if isinstance(self, DenseGraph) else "mult"
+        self.strategy = self.kind_strategy
         self._plan(w, rq)
 
     def _plan(self, w: np.ndarray, rq: list[int]) -> None:
@@ -202,12 +210,12 @@ class Dense(Unit):
         """The ops writer that builds Amaranth values into m (the folded stages use it too)."""
         return _AmaranthOps(self, m)
 
-    def _wrap(self, ops: _Ops, v: object) -> object:
+    def _wrap(self, ops: Ops, v: object) -> object:
         """v modulo 2**M, signed (only where it is wider or unsigned)."""
         width, is_signed = ops.shape(v)
         return ops.fit(v, self.mod, True) if width > self.mod or not is_signed else v
 
-    def _tree(self, ops: _Ops, cols: list[list[object]], flags: list[bool],
+    def _tree(self, ops: Ops, cols: list[list[object]], flags: list[bool],
               carry: list[object]) -> tuple[list[object], list[object]]:
         """Reduce each column to one value, registering all columns (and `carry`) after
         adder level i when flags[i]. Returns (sums, carry)."""
@@ -294,10 +302,10 @@ class Dense(Unit):
                                      i_x=self.x0, o_s=self.y)
         return m
 
-    def _core_build(self, ops: _Ops, x: list[object]) -> list[object]:
+    def _core_build(self, ops: Ops, x: list[object]) -> list[object]:
         raise NotImplementedError  # R = 1 circuits: the products or the adder graph
 
-    def _const_mul(self, ops: _Ops, x: object, c: int) -> object | None:
+    def _const_mul(self, ops: Ops, x: object, c: int) -> object | None:
         """x * c as arith.const_mul: None for 0, a shift (and negation) for a power of two,
         a multiplier otherwise."""
         if c == 0:
@@ -325,157 +333,7 @@ class _Tail(wiring.Component):
         return m
 
 
-class DenseParallel(Dense):
-    """R = 1, products: shift-add leaves, shifts or constant products, the adder tree."""
-
-    def _plan(self, w: np.ndarray, rq: list[int]) -> None:
-        """R = 1: which weights are multipliers, shifts or shift-add leaves; the tree depth
-        and where its registers go."""
-        L = self.adder_levels
-        nz = w != 0
-        p2 = nz & ((np.abs(w) & (np.abs(w) - 1)) == 0)
-        # constants with few signed digits become shift-add leaves of the adder tree
-        ndig = np.vectorize(lambda v: len(csd(v)), otypes=[np.int64])(w)
-        sa = nz & ~p2 & (ndig <= self.pipe.csd_digits)
-        self.shift_add = sa
-        self.multipliers, self.shifts = int((nz & ~p2 & ~sa).sum()), int(p2.sum())
-        leaves = np.where(sa, ndig, nz.astype(np.int64))
-        terms = [int(leaves[:, j].sum()) + (self.bias[j] != 0) for j in range(self.n_out)]
-        self.levels = max([tree_levels(t) for t in terms] + [0])
-        mw = self.pipe.mul_levels
-        if mw is None:
-            # a negated leaf (-x << k) is a carry chain of its own: one level
-            neg = bool(((w < 0) & (p2 | sa)).any())
-            mw = L if self.multipliers else int(neg)
-        self.stage_regs = plan_stages([mw] + [1] * self.levels + rq, L)
-        self.latency = sum(self.stage_regs) + 1
-
-    def describe(self) -> dict[str, object]:
-        return {**super().describe(), "shift_add": int(self.shift_add.sum())}
-
-    def _core_build(self, ops: _Ops, x: list[object]) -> list[object]:
-        """R = 1, products: one term per non-zero weight (shift-add leaves, shifts or
-        constant products) and the bias, the product registers, the adder tree."""
-        cols: list[list[object]] = []
-        for j in range(self.n_out):
-            terms = []
-            for i in range(self.n_in):
-                if self.shift_add[i, j]:
-                    for d, k in csd(int(self.w[i, j])):
-                        v = ops.shl(x[i], k + self.p_shift)
-                        terms.append(self._wrap(ops, v if d > 0 else ops.neg(v)))
-                    continue
-                p = self._const_mul(ops, x[i], int(self.w[i, j]))
-                if p is not None:
-                    terms.append(self._wrap(ops, ops.shl(p, self.p_shift)))
-            if self.bias[j]:
-                terms.append(self._wrap(ops, ops.const(self.bias[j])))
-            cols.append(terms)
-        flags = self.stage_regs
-        if flags[0]:  # the products alone in their stage
-            flat = [v for c in cols for v in c]
-            it = iter(ops.regs(flat, "p"))
-            cols = [[next(it) for _ in c] for c in cols]
-        sums, _ = self._tree(ops, cols, flags[1:1 + self.levels], [])
-        return sums
-
-    def _tail_reg(self) -> bool:
-        return self.stage_regs[1 + self.levels]
-
-    def elaborate(self, platform: object) -> Module:
-        return self._elaborate_r1()
-
-
-class DenseGraph(Dense):
-    """R = 1, strategy "da": one shared adder graph (hdl/plan/cmvm.py), no product."""
-
-    def _plan(self, w: np.ndarray, rq: list[int]) -> None:
-        """R = 1 as one shared adder graph (hdl/plan/cmvm.py): the weights pre-shifted to the
-        sum's binary point, the bias (plus the rounding's half for RND: one adder fewer per
-        output) as each column's constant, widths modulo 2**M. A register after every
-        adder level where the schedule puts one (plan_stages: each level weighs 1)."""
-        tx = self.tx
-        lo = -(1 << (tx.width - 1)) if tx.signed else 0  # every code the port can carry
-        hi = (1 << (tx.width - (1 if tx.signed else 0))) - 1
-        s = self.frac - self.tout.frac
-        self.round_trn = self.tout.rounding == Rounding.RND and s > 0
-        bias = [b + ((1 << (s - 1)) if self.round_trn else 0) for b in self.bias]
-        self.graph = cmvm.optimize(np.asarray(w, dtype=np.int64) << self.p_shift,
-                                   [lo] * self.n_in, [hi] * self.n_in, bias, cap=self.mod)
-        self.multipliers = self.shifts = 0
-        self.levels = self.graph.depth
-        if s <= 0 or self.round_trn or self.tout.rounding == Rounding.TRN:
-            # the rounding is wiring (a bit select): no stage of its own ("fmax" gave it one:
-            # a cycle per layer that held no logic); the overflow/ReLU (reductions of the
-            # high bits, a multiplexer) weighs one adder level
-            rq = [0, min(1, rq[1])]
-        else:
-            # rounding (RND_CONV: a compare of the dropped bits and an increment) and the
-            # overflow/ReLU (reductions of the high bits, a multiplexer) share one stage:
-            # a few LUT levels and one short carry chain, less than two adder levels (the
-            # graph's 2-level stages set the clock: 12.8 ns on the qkeras jet tagger, 11 of
-            # them routing)
-            rq = [rq[0], 0]
-        self.stage_regs = plan_stages([1] * self.levels + rq, self.adder_levels)
-        self.latency = sum(self.stage_regs) + 1
-
-    def describe(self) -> dict[str, object]:
-        return {**super().describe(),
-                "adder_graph": {"adders": len(self.graph.adders()), "depth": self.levels,
-                                "chain_bits": sum(self.graph.chain_bits(i)
-                                                  for i in self.graph.adders())}}
-
-    def _core_build(self, ops: _Ops, x: list[object]) -> list[object]:
-        """The adder graph, node by node (one signal each, its exact width or M bits), each
-        value delayed by registers to the stage of every level that reads it."""
-        g, flags = self.graph, self.stage_regs
-        pre = [0]
-        for f in flags:
-            pre.append(pre[-1] + int(f))
-        vals: dict[tuple[int, int], object] = {}  # (node, stage) -> value in that stage
-
-        def at(i: int, stage: int) -> object:
-            v = vals.get((i, stage))
-            if v is None:
-                v = ops.regs([at(i, stage - 1)], f"n{i}s{stage}_")[0]
-                vals[(i, stage)] = v
-            return v
-
-        for i, nd in enumerate(g.nodes):
-            home = pre[nd.depth - 1] if nd.depth else 0
-            if nd.kind == "in":
-                vals[(i, 0)] = x[nd.a]
-                continue
-            if nd.kind == "const":
-                vals[(i, 0)] = ops.const(nd.c)
-                continue
-            width = g.node_width(i)
-            # keep: yosys would otherwise merge chains of adds into one $macc, mapped as a
-            # carry-save tree of LUT4s (a + b + c on ECP5: 9 CCU2C + 97 LUT4 merged,
-            # 27 CCU2C kept); each node stays its own carry chain
-            a = at(nd.a, home)
-            if nd.kind == "neg":
-                v = ops.neg(a)
-            else:
-                a, b = ops.shl(a, nd.sa), ops.shl(at(nd.b, home), nd.sb)
-                v = ops.add(a, b) if nd.sign > 0 else ops.sub(a, b)
-            vals[(i, home)] = ops.node(f"n{i}", width, nd.lo < 0 or width < nd.width, v,
-                                       keep=True)
-        stage = pre[self.levels]
-        return [ops.const(0, 1, False) if o is None else ops.shl(at(o[0], stage), o[1])
-                for o in g.outputs]
-
-    def _rounding(self) -> Rounding:
-        return Rounding.TRN if self.round_trn else self.tout.rounding
-
-    def _tail_reg(self) -> bool:
-        return self.stage_regs[self.levels]
-
-    def elaborate(self, platform: object) -> Module:
-        return self._elaborate_r1()
-
-
-class DenseFolded(FoldStages, Dense):
+class DenseFolded(FoldStages, Dense, kind="folded"):
     """R > 1: time-shared lanes over a coefficient ROM, an accumulator per output lane
     (the stages in dense_fold.py)."""
 
