@@ -141,8 +141,6 @@ def _bisect(run, lo: int, hi: int, channels: int, r: Node):
 
 
 def float_chains_to_thresholds(g: Graph) -> Graph:
-    import onnxruntime as ort
-
     for r in list(g.nodes):
         if r.op not in (Op.REQUANT, Op.BIPOLAR):
             continue
@@ -165,6 +163,8 @@ def float_chains_to_thresholds(g: Graph) -> Graph:
             raise GraphError(f"node {r.name}: float arithmetic with constants that vary other "
                              f"than per channel (the last axis) on a rank-{len(shape)} tensor "
                              "is not supported")
+        import onnxruntime as ort  # here: a model without such chains never loads it (27 ms)
+
         sess = ort.InferenceSession(_to_onnx(g, chain, channels).SerializeToString(),
                                     providers=["CPUExecutionProvider"])
         quantize = _quantizer(g, r)
