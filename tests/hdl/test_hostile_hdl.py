@@ -283,7 +283,7 @@ def test_candidates_keep_every_fold_shape() -> None:
 
 
 def test_csd_digit_count_is_cmvm_csd() -> None:
-    from modelcircuit.hdl.flow.estimate import csd_digits
+    from modelcircuit.hdl.flow.layer_cost import csd_digits
     from modelcircuit.hdl.plan.cmvm import csd
 
     rng = np.random.default_rng(1)

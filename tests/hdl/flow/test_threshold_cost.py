@@ -45,7 +45,7 @@ def test_depthwise_layers_cost_one_lane_per_channel() -> None:
 
     import modelcircuit as mc
     from modelcircuit.api import compile
-    from modelcircuit.hdl.flow.estimate import dense_layers, layer_cost
+    from modelcircuit.hdl.flow.layer_cost import dense_layers, layer_cost
 
     zoo = Path(__file__).resolve().parents[2] / "data" / "exporters" / "zoo"
     c = compile(mc.load_onnx(str(zoo / "dscnn_q8.onnx")))

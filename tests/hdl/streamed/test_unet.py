@@ -20,7 +20,7 @@ from modelcircuit.api import load_onnx
 from modelcircuit.cli import main as cli
 from modelcircuit.hdl import plan_top
 from modelcircuit.hdl.flow import fit_reuse, fpga_profile
-from modelcircuit.hdl.flow.estimate import bram_tiles
+from modelcircuit.hdl.flow.layer_cost import bram_tiles
 from modelcircuit.hdl.flow.stream_fit import refusal
 
 H = W = 32

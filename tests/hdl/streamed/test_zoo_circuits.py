@@ -92,7 +92,7 @@ def test_estimate_knows_which_quantizers_read_in_place(name, plan) -> None:
     """hdl/flow/threshold_cost.reads_in_place (the estimate: no copy of the C inputs) says
     what the built chain says (ChainUnit.b_in_place), quantizer by quantizer; the global
     depthwise's products are the unit's (a pooling sum of ones has none)."""
-    from modelcircuit.hdl.flow.estimate import dense_layers, depthwise_cost
+    from modelcircuit.hdl.flow.layer_cost import dense_layers, depthwise_cost
     from modelcircuit.hdl.flow.stream_fit import _busy_fn, _frame_time
     from modelcircuit.hdl.flow.threshold_cost import reads_in_place, threshold_layers
 

@@ -8,7 +8,8 @@ flow (tests/test_layering.py).
     yosys.py     synthesis (templates/yosys/*.ys.j2)
     nextpnr.py   place and route, and what its failures mean
     reports.py   reading the tools' output; the report and its text table
-    estimate.py  the resource estimate of the Dense layers, before synthesis
+    estimate.py  the resource estimate on a family (calibrated), before synthesis
+    layer_cost.py each layer's cost as the circuit builds it (LayerCost)
     fit.py       --reuse auto (fit_reuse, plan_circuit) and the check of an explicit reuse
     boards.py    board builds (amaranth-boards platforms, the UART wrapper)
     build.py     the model-level entry points: build, run_flow, plan_build

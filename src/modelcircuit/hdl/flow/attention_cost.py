@@ -27,7 +27,7 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import AttentionAttrs, LayerNormAttrs, Op
 from .devices import family
-from .estimate import LayerCost, bram_tiles
+from .layer_cost import LayerCost, bram_tiles
 
 
 def _w(g: Any, name: str) -> int:

@@ -56,14 +56,8 @@ from ..plan.size import beyond_any_reuse, check_circuit_size, hdl_limit, other_s
 from ..vector.top import check_io
 from .attention_cost import attention_costs
 from .devices import family, soft_max_width
-from .estimate import (
-    LayerCost,
-    dense_layers,
-    estimate,
-    layer_cost,
-    recurrent_costs,
-    softmax_costs,
-)
+from .estimate import estimate, recurrent_costs, softmax_costs
+from .layer_cost import LayerCost, dense_layers, layer_cost
 from .tools import FitError, FlowError  # noqa: F401 - FitError: this module's error
 
 
@@ -448,7 +442,7 @@ def choose_strategy(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[st
     graphs elsewhere. Folded layers (R > 1) keep their multipliers. Layers at R = 1 take
     the device's DSP blocks (the budget less what the folded layers use), those that save
     the most LUTs per DSP first, while their multipliers fit; every other one is an adder
-    graph (estimate.da_cost), which needs no DSP at all."""
+    graph (layer_cost.da_cost), which needs no DSP at all."""
     fx = _context(compiled, prof, None, None, None)
     out = {lay["node"]: "mult" for lay in fx.layers}
     left = int(prof.get("dsp") or 0)

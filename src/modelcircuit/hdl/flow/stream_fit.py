@@ -35,7 +35,7 @@ from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
 from ..plan.schedule import lutram_cells
 from ..streamed.memory import cells_of
-from .estimate import bram_tiles
+from .layer_cost import bram_tiles
 from .threshold_cost import threshold_costs, threshold_layers
 
 
@@ -226,7 +226,7 @@ def stream_design(compiled: CompiledGraph, plan: dict[str, int], pipeline: str |
 
 
 def _stream_layer(lut: int, ff: int, bram: int) -> Any:
-    from .estimate import LayerCost
+    from .layer_cost import LayerCost
 
     # reuse 2: scaled like folded logic (control, muxes)
     return LayerCost("<stream: windows, line buffers, FIFOs>", 2, 0, int(lut), 1, int(ff), 0,

@@ -1,6 +1,6 @@
 """The estimate of the streamed Threshold units (hdl/streamed/threshold.py), for `--reuse
 auto` (stream_fit.py) and the per-layer costs (the depthwise Conv units'
-(hdl/streamed/depthwise.py) are estimate.py `depthwise_cost`).
+(hdl/streamed/depthwise.py) are layer_cost.py `depthwise_cost`).
 
 A folded Threshold at a frame budget of T cycles runs its C channels on
 P = ceil(C / (T // pixels)) lanes (the lowering takes the busiest unit before it, at most
@@ -26,7 +26,7 @@ from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import Op
 from ..streamed.threshold import ThresholdFold, fold_thresholds
 from .devices import family
-from .estimate import LayerCost, bram_tiles
+from .layer_cost import LayerCost, bram_tiles
 
 BRAM_MIN_DEPTH = 64  # a ROM this deep or deeper goes to block RAM (yosys memory_libmap)
 
