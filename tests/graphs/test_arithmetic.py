@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from modelcircuit.graphs import arithmetic, reference
+from modelcircuit.graphs import arithmetic, reference, reference_linear
 from modelcircuit.graphs.ir import Graph, GraphError, Node, Tensor
 from modelcircuit.graphs.passes.accumulators import accumulator_types
 from modelcircuit.graphs.types import FixedType, Overflow, Rounding
@@ -161,13 +161,13 @@ def _wide_case(dtype: str | None) -> tuple[np.ndarray, np.ndarray]:
     g = _graph(xt, wt, out, w, None, None, False, None, (64,), (4,))
     xq = _codes(rng, xt, (50, 64)) | 1
     want = _plain(xq, w, None, xt, wt, None, out, False, None)
-    reference._FORCE.clear()
+    reference_linear._FORCE.clear()
     if dtype:
-        reference._FORCE["dtype"] = dtype
+        reference_linear._FORCE["dtype"] = dtype
     try:
         got = reference.execute(g, [xq], inputs_are_codes=True)["y"]
     finally:
-        reference._FORCE.clear()
+        reference_linear._FORCE.clear()
     return got, want
 
 

@@ -285,7 +285,7 @@ class Plan:
         out_sp, cout = shape[:-1], shape[-1]
 
         def rows(cols: Array, o: Array) -> Array:
-            """reference._linear_out's fused path, its epilogue one C loop."""
+            """reference_linear._linear_out's fused path, its epilogue one C loop."""
             y = lp.gemm(cols, o)
             if y is not o:
                 o[...] = y
