@@ -10,7 +10,7 @@ import pytest
 
 from modelcircuit.graphs.pipeline import compile_graph
 from modelcircuit.hdl.flow.stream_fit import design_timing, stream_memories
-from modelcircuit.hdl.streamed.units import WindowUnit
+from modelcircuit.hdl.streamed.window import WindowUnit
 from modelcircuit.hdl.units.dense import Dense
 
 from .test_stream import _G, REUSE_2D, graph_2d

@@ -297,7 +297,7 @@ def _fold_cost(layer: dict[str, Any], kk: int, cout: int, r: int, lean: bool) ->
     else:
         bram, rom = 0, lanes * cw * -(-steps // 16) * (1 if steps <= 16 else 2)
     # the lane's channel: from its G*kk window codes held, or (kk > 1: the window a memory,
-    # hdl/streamed/units.WindowUnit) from the G of the pixel the step reads
+    # hdl/streamed/window.WindowUnit) from the G of the pixel the step reads
     mux = lanes * (g if kk > 1 else steps) * wx // 2
     lut = rom + mux + lanes * (acc * (3 + g // 3)) + cout * wo // 2 + 40
     ff = lanes * (2 * wx + cw + 3 * acc) + cout * wo + 4 * steps.bit_length()

@@ -66,7 +66,8 @@ def stream_memories(design: Any, timing: Any, family_name: str,
                     geom: tuple[int, int] = (36, 512)) -> list[StreamMem]:
     """Every streamed memory of a design with its schedule (hdl/streamed/top.py)."""
     from ..streamed.top import BUFFERED_MIN_DEPTH, INPUT
-    from ..streamed.units import ResizeUnit, WindowUnit
+    from ..streamed.units import ResizeUnit
+    from ..streamed.window import WindowUnit
 
     mems: list[StreamMem] = []
     node_of = {name: str(design.meta.get(name, {}).get("node", name))
@@ -105,7 +106,8 @@ def glue_cost(design: Any, mems: list[StreamMem]) -> tuple[int, int]:
     """(LUT4, FF) of what the Dense estimate leaves out of a streamed design: window
     registers (kh*kw pixels + the stage-1 pixel), Resize hold registers, collected frames,
     and FIFOs in distributed RAM (a 16 x 4 LUT RAM = 2 LUT4, plus the read mux)."""
-    from ..streamed.units import CollectUnit, ResizeUnit, WindowUnit
+    from ..streamed.units import CollectUnit, ResizeUnit
+    from ..streamed.window import WindowUnit
 
     ff = lut = 0
     for _, u, _ in design.units:

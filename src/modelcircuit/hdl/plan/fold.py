@@ -78,7 +78,7 @@ def flat_fold(c: int, n_out: int, d: int) -> FlatFold:
 
 def window_memory(f: Fold, taps: int, channels: int) -> bool:
     """Whether a folded Dense over a window of `taps` pixels of `channels` codes reads its
-    chunks from the window's memory (hdl/streamed/units.WindowUnit, DenseFolded.read_window):
+    chunks from the window's memory (hdl/streamed/window.WindowUnit, DenseFolded.read_window):
     a chunk is part of one pixel, so one read a step; else the window is held in registers."""
     return taps > 1 and f.r_in > 1 and f.c <= channels and channels % f.c == 0
 

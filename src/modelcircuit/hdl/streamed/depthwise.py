@@ -51,7 +51,8 @@ from ..units.arith import const_mul, fit, overflow_relu, shape_of, shift_round
 from ..units.base import Unit, circuit
 from ..units.dense import Dense
 from ..units.rom_text import rom
-from .units import Geometry, Step, SUnit, Tok
+from .units import Step, SUnit, Tok
+from .window import Geometry
 
 
 def is_depthwise(w4: np.ndarray, group: int, cin: int) -> bool:
@@ -405,7 +406,7 @@ def depthwise_unit(geo: Geometry, tok: Tok, w4: np.ndarray, tw: FixedType,
                    schedule: Schedule | None, strategy: str) -> SUnit:
     """The stream unit of a depthwise Conv (is_depthwise) over `geo`: GlobalDepthwise for a
     window over the whole frame, else a WindowUnit over a DepthwiseDense."""
-    from .units import WindowUnit
+    from .window import WindowUnit
 
     if is_global(geo):
         return GlobalDepthwise(tok, w4, tw, b, tb, tout, acc, relu_)

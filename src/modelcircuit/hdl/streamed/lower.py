@@ -61,16 +61,8 @@ from .memory import budget_lut_ram
 from .recurrent import RecurrentUnit, SelectUnit
 from .threshold import ThresholdFold, fold_thresholds
 from .top import INPUT, StreamDesign
-from .units import (
-    CollectUnit,
-    Geometry,
-    MapUnit,
-    ResizeUnit,
-    Tok,
-    WindowAvg,
-    WindowMax,
-    WindowUnit,
-)
+from .units import CollectUnit, MapUnit, ResizeUnit, Tok
+from .window import Geometry, WindowAvg, WindowMax, WindowUnit
 
 
 def _t(g: Graph, name: str, node: Node | None = None) -> FixedType:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .units import WindowUnit
+from .window import WindowUnit
 
 if TYPE_CHECKING:
     from .top import StreamDesign

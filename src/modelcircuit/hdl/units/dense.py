@@ -189,7 +189,7 @@ class Dense(Unit):
 
     def hold_input(self) -> None:
         """Told by a unit that keeps x0 as it was at `start` for ii enabled cycles (the
-        window register of hdl/streamed/units.WindowUnit): a fold then reads its chunks
+        window register of hdl/streamed/window.WindowUnit): a fold then reads its chunks
         from x0 and needs no copy of it."""
         self.x_held = True
 
