@@ -301,7 +301,7 @@ def lower_transpose(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
 
 def lower_gather(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     """np.take with constant indices: a copy through an index map, codes converted to the
-    output type where the input's type differs (reference._to_out)."""
+    output type where the input's type differs (reference_common.to_out)."""
     a = GatherAttrs.of(node)
     ish = ctx.g.tensor(node.inputs[0]).shape
     amap = np.take(np.arange(int(np.prod(ish)), dtype=np.int64).reshape(ish), a.index_array(),

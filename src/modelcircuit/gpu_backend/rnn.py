@@ -1,7 +1,7 @@
 """The GPU lowering of LSTM and GRU (templates/cuda/rnn.cu.j2): one thread per sample runs
 the steps in order, the state in local arrays; the fixed-point path uses no shared memory and
 no barrier, so the CPU emulator runs the shipped source (bit-exact with
-reference._rnn_fixed). The template's constants are the shifts and requantizations of the
+reference_rnn._rnn_fixed). The template's constants are the shifts and requantizations of the
 contract in graphs/recurrent.py, computed here once."""
 
 from __future__ import annotations
