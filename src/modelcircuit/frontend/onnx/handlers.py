@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 
 from ...graphs.ir import GraphError
-from .attention import gelu, layer_norm, token_mean, token_mean_axes
 from .checks import check_float_attrs
+from .encoder import gelu, layer_norm, token_mean, token_mean_axes
 from .io import Unsupported, show
 from .layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
 from .quant import qdq
@@ -435,7 +435,7 @@ def _hard(func: str) -> Callable[[ImportState, onnx.NodeProto], None]:
 
 
 def _reduce_mean(im: ImportState, node: onnx.NodeProto) -> None:
-    """ReduceMean over the tokens of a sequence (attention.token_mean), else over the spatial
+    """ReduceMean over the tokens of a sequence (encoder.token_mean), else over the spatial
     axes of a frame (spatial.reduce_mean)."""
     axes, keepdims = token_mean_axes(im, node)
     if not token_mean(im, node, axes, keepdims):

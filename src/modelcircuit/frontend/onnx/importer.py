@@ -36,7 +36,7 @@ from ...graphs import limits
 from ...graphs.ir import Graph, GraphError, Tensor, prune, toposort
 from ...util.userio import shown
 from .attention import DOMAIN as FUSED_DOMAIN
-from .attention import FUSED, fuse
+from .attention import fuse
 from .channels import (
     CHANNELS_LAST_OPS,
     layout_consumer,
@@ -57,6 +57,7 @@ from .checks import (
     input_shape,
     named_once,
 )
+from .encoder import FUSED
 from .fold import fold
 from .handlers import HANDLERS, binary, swapped_consumer, swapped_output
 from .io import (
