@@ -39,15 +39,16 @@ EXE = ROOT / ".venv" / "bin" / "modelcircuit"
 
 def run_once(args: list[str]) -> tuple[float, float]:
     """(wall s, CPU s of the command and its children) of one compile into a fresh folder."""
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, open(Path(d) / "stderr", "w+b") as log:
         t0 = time.perf_counter()
         p = subprocess.Popen([str(EXE), "compile", *args, "--strategy", "da", "--target",
                               "verilog", "--out", str(Path(d) / "out")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             stdout=subprocess.DEVNULL, stderr=log)
         _, status, ru = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
-        err = p.stderr.read().decode() if p.stderr else ""
+        log.seek(0)
+        err = log.read().decode(errors="replace")
         if p.returncode != 0:
             raise SystemExit(f"error: compile {' '.join(args)} failed: {err.strip()[-300:]}")
     return wall, ru.ru_utime + ru.ru_stime

@@ -234,3 +234,42 @@ def test_register_bits_counts_every_instance() -> None:
            + "  cell $dffe $9\n    parameter \\WIDTH 2\n  end\nend\n")
     assert register_bits(top + leaf) == 4 * 3 + 2
     assert register_bits(leaf) == 3
+
+
+def _repeated_case(seed: int, t_act: str, t_w: str, n: int, strategies: list[str], relu: bool):
+    """A chain of Dense layers n -> n with one activation type and one weight type: every
+    layer's tails have the same key where the strategy's rounding agrees (they share one
+    tail module), and a layer without ReLU (the last) differs."""
+    rng = np.random.default_rng(seed)
+    tensors = {"x": ((n,), t_act)}
+    consts, nodes, strategy = {}, [], {}
+    prev = "x"
+    for k, st in enumerate(strategies):
+        out = "y" if k == len(strategies) - 1 else f"h{k}"
+        tensors[f"w{k}"] = ((n, n), t_w)
+        consts[f"w{k}"] = _weights(rng, t_w, n, n)
+        tensors[out] = ((n,), t_act)
+        nodes.append(Node.make(f"fc{k}", "Dense", [prev, f"w{k}"], [out],
+                               relu=relu and k < len(strategies) - 1))
+        strategy[f"fc{k}"] = st
+        prev = out
+    c = compiled_from(nodes, tensors, consts, ["x"], ["y"], f"rep{seed}")
+    plan = ReusePlan({nd.name: 1 for nd in nodes}, strategy=strategy)
+    return c, plan, extremes(T(t_act), n, rng, k=40)
+
+
+@pytest.mark.parametrize("t_act", ["fixed<8,3,RND,SAT>", "ufixed<6,2,RND_CONV,WRAP>"])
+def test_shared_tails_are_each_layers_circuit(t_act: str, tmp_path) -> None:  # noqa: ANN001
+    """Layers whose tails share one module compute what each layer's own tail computes: the
+    same flip-flops as the pure Amaranth export (each output's own tail), and the golden
+    model's outputs in Verilator. Fails if a tail were shared between layers that need
+    different ones (the key missing something the tail reads)."""
+    c, plan, x = _repeated_case(3, t_act, "fixed<6,2>", 6, ["mult", "mult", "da", "mult"],
+                                relu=True)
+    v, il, info = convert(c, plan, pipeline="fmax")
+    _, _, info_a = convert(c, plan, pipeline="fmax", cores="amaranth")
+    assert info["register_bits"] == info_a["register_bits"]
+    uses = [v.count(f"top__tail{k} t") for k in range(4)]
+    assert uses[0] >= 2 * 6, uses  # the two first (ReLU, mult) layers share a tail
+    assert v.count("module top__tail") == sum(u > 0 for u in uses) < 4
+    _simulate(c, plan, x, "fmax", tmp_path)

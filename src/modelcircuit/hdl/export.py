@@ -56,24 +56,15 @@ def convert(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = N
     with _cores(cores, top_name) as cs:
         il = rtlil.convert(top, name=top_name, emit_src=False)
         tails = cs.tails_rtlil() if cs is not None else ""
-    to_verilog = getattr(verilog, "_convert_rtlil_text", None)
     cores_v = cores_il = ""
-    if to_verilog is not None:  # what verilog.convert does, without elaborating twice
-        # the tails' Verilog in the same yosys run; the cores are rendered meanwhile (yosys
-        # is a child process: ~0.25 s of wall time, most of it its start)
-        with ThreadPoolExecutor(1) as pool:
-            job = pool.submit(to_verilog, il + tails)
-            if cs is not None:
-                cores_v, cores_il = cs.verilog(), cs.rtlil()
-            v = job.result()
-    else:
-        top, _ = build_top(compiled, plan)
-        with _cores(cores, top_name) as cs2:
-            v = verilog.convert(top, name=top_name, emit_src=False)
-            v += "".join(verilog.convert(comp, name=name, emit_src=False)
-                         for name, comp in (cs2.tails.values() if cs2 is not None else ()))
+    # what verilog.convert does, without elaborating twice (amaranth 0.5, pinned); the
+    # tails' Verilog in the same yosys run; the cores are rendered meanwhile (yosys is a
+    # child process: ~0.25 s of wall time, most of it its start)
+    with ThreadPoolExecutor(1) as pool:
+        job = pool.submit(verilog._convert_rtlil_text, il + tails)
         if cs is not None:
             cores_v, cores_il = cs.verilog(), cs.rtlil()
+        v = job.result()
     v += cores_v
     il += cores_il
     info = {"top": top_name, **info,

@@ -145,6 +145,9 @@ class Dense(Unit):
     def __init_subclass__(cls, kind: str | None = None, **kw: object) -> None:
         super().__init_subclass__(**kw)
         if kind is not None:
+            if kind in Dense.kinds:
+                raise HdlError(f"internal: Dense kind {kind!r} is {Dense.kinds[kind].__name__} "
+                               f"already, not {cls.__name__}")
             Dense.kinds[kind] = cls
 
     def __new__(cls, tx: FixedType, w: np.ndarray, *args: object, **kw: object) -> Dense:
@@ -156,6 +159,8 @@ class Dense(Unit):
             raise HdlError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
         # adder graphs at R = 1 only: a folded layer time-shares its multipliers
         kind = "folded" if reuse > 1 else "graph" if strategy == "da" else "parallel"
+        if kind not in Dense.kinds:  # hdl/units/__init__.py imports dense_r1
+            raise HdlError(f"internal: no Dense circuit of kind {kind!r} registered")
         return super().__new__(Dense.kinds[kind])
 
     def __init__(self, tx: FixedType, w: np.ndarray, tw: FixedType, b: np.ndarray | None,
@@ -296,7 +301,8 @@ class Dense(Unit):
         sums = self._core_build(ops, [ops.input(i * t.width, t.width, t.signed)
                                       for i in range(self.n_in)])
         tail = cores.tail(self._tail_key(), lambda: _Tail(self))
-        ys = [ops.instance(tail, ops.fit(v, self.mod, True), to.width, to.signed) for v in sums]
+        ys = [ops.instance(tail, ops.fit(v, self.mod, True), self.mod, to.width, to.signed)
+              for v in sums]
         name = cores.add(ops, ys, to.width)
         m.submodules.core = Instance(name, i_clk=ClockSignal("sync"), i_en=self.en,
                                      i_x=self.x0, o_s=self.y)

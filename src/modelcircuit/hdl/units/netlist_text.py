@@ -69,7 +69,8 @@ def _own_register_bits(body: str) -> int:
 
 def register_bits(rtlil_text: str) -> int:
     """Flip-flop bits of an RTLIL netlist (memory read registers included), each module's
-    counted once per instance: from every module no other module instantiates (the top)."""
+    counted once per instance: from every module no other module instantiates (the top).
+    Only whole modules count (`module ... end`): a fragment of one counts 0."""
     own: dict[str, int] = {}
     uses: dict[str, Counter[str]] = {}
     for name, body in _MODULE.findall(rtlil_text):
@@ -215,9 +216,13 @@ class TextOps:
             out.append(TV(r, f"\\{r}", v.width, v.width, v.signed))
         return out
 
-    def instance(self, module: str, a: TV, width: int, signed: bool) -> TV:
+    def instance(self, module: str, a: TV, a_width: int, width: int, signed: bool) -> TV:
         """An instance of `module` (a tail, `CoreSet.tail`: ports clk, rst, en, a and y)
-        fed `a` (exactly as wide as its port: `fit` it first); its y, `width` bits."""
+        fed `a`, which must be exactly its port's `a_width` bits (`fit` it first: a port
+        connection would otherwise extend it without its sign); its y, `width` bits."""
+        if not a.bits == a.width == a_width:
+            raise HdlError(f"internal: {module}'s port a is {a_width} bits, the value "
+                           f"{a.bits} ({a.width} wide)")
         n = len(self.insts)
         y = self._wire_name(f"q{n}")
         self.insts.append((module, self._wire_name(f"t{n}"), a, y, width))

@@ -67,6 +67,7 @@ def rom(m: Module, name: str, shape: Shape, words: list[int], addr: Value, en: V
     mod = f"{cores.prefix}__rom{len(cores.verilog_texts)}"
     cores.verilog_texts.append(_verilog(mod, shape.width, depth, abits, words))
     cores.rtlil_texts.append(_rtlil(mod, shape.width, depth, abits, words))
+    cores.core_bits += shape.width  # its read register
     data = Signal(shape.width, name=f"{name}_data")
     a = Signal(abits, name=f"{name}_addr")
     m.d.comb += a.eq(addr)
