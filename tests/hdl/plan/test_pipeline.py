@@ -180,3 +180,34 @@ def test_dsp_lanes_spend_the_device_budget():
         # equal widths: an earlier layer is full before a later one gets any
         assert all(k == n or not any(got[i + 1:])
                    for i, (k, n) in enumerate(zip(got, mults, strict=True)))
+
+
+def test_dsp_lanes_leave_the_softmax_its_blocks() -> None:
+    """The Softmax's product is a `$mul` as wide as a DSP block, which the flow keeps before
+    a narrower Dense lane: the plan must leave it its block, or yosys builds one of the
+    lanes it gave a DSP as one-cycle booth logic (the jet tagger fixed<16,6> on an
+    ECP5-25k: 28 lanes and the serial Softmax's product for 28 blocks; that lane set the
+    clock, 9.7 ns). Counted in the circuit itself: its `$mul`s wider than the family's
+    logic width on both operands (what the flow sends to DSP blocks) fit the device."""
+    import re
+
+    from amaranth.back import rtlil
+
+    import modelcircuit as mc
+    from modelcircuit.graphs.profiles import all_profiles
+    from modelcircuit.hdl.plan.circuit import resolve_plan
+
+    jet = Path(__file__).resolve().parents[4] / "shared" / "models" / "three_layer_keras.onnx"
+    if not jet.exists():
+        pytest.skip(f"{jet} is absent (the shared models)")
+    c = mc.compile(mc.load_onnx(jet), precision="fixed<16,6>", profile="ecp5-25k")
+    names = [n.name for n in c.graph.nodes if n.op == "Dense"]
+    plan = resolve_plan(c, dict(zip(names, (128, 128, 128, 32), strict=True)))
+    top, _ = build_top(c, plan)
+    il = rtlil.convert(top, name="top", emit_src=False)
+    wide = 0
+    for body in re.findall(r"cell \$mul .*?\n(.*?)\n\s*end\n", il, re.S):
+        a = int(re.search(r"\\A_WIDTH (\d+)", body).group(1))
+        b = int(re.search(r"\\B_WIDTH (\d+)", body).group(1))
+        wide += min(a, b) > 8  # ECP5: products of <= 8-bit operands are logic (fpga.json)
+    assert 0 < wide <= all_profiles()["ecp5-25k"]["dsp"], (wide, plan.dsp_lanes)

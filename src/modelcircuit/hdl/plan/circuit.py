@@ -113,6 +113,19 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
 
     for order, (name, a, b, n) in enumerate(fixed_products(g, plan.reuse)):
         wants.append((-max(a, b), 0, order, name, n, dsp_blocks(a, b)))
+    # the Softmax's products (hdl/units/softmax.py: the serial unit's one split 16 x 16
+    # block, the parallel one's e * r): `$mul`s as wide as a block, which the flow keeps
+    # before any narrower Dense lane, so they take their blocks first (uncounted, the jet
+    # tagger's serial Softmax on an ECP5-25k left one of the 28 Dense lanes the plan had
+    # given a DSP to yosys's booth logic: a 16 x 12 array multiplier in one cycle, 9.7 ns,
+    # its clock)
+    from ..units.softmax import softmax_cost, softmax_nodes
+
+    geom = tuple(fam.get("bram_rom", (16, 256)))
+    for order, nd in enumerate(softmax_nodes(g)):
+        n = int(softmax_cost(g, nd, plan.reuse, geom, mx)["dsp"])
+        if n:
+            wants.append((-mx, 0, -1 - order, nd.name, n, 1))
     from ..streamed.kind import flat_source
 
     for order, nd in enumerate(g.nodes):
