@@ -384,20 +384,10 @@ def convert_axi(compiled: CompiledGraph, reuse: Reuse | str | None = None,
                 out_beat_bytes: int | str | None = None) -> tuple[str, dict[str, Any]]:
     """(Verilog of the AXI IP, info), deterministic: the R = 1 Dense cores as text modules
     (hdl/units/netlist_text.py), as hdl/export.convert does."""
-    from amaranth.back import rtlil
-
-    from .units.netlist_text import text_cores
+    from .export import to_text
 
     check_top_name(top_name)
     os.environ["AMARANTH_USE_YOSYS"] = "builtin"
-    with text_cores(top_name) as cs:
-        top, info = axi_top(compiled, reuse, beat_bytes, adder_levels, pipeline,
-                            out_beat_bytes)
-        il = rtlil.convert(top, name=top_name, emit_src=False)
-        il += cs.tails_rtlil()  # the cores' tails: written by the same yosys run
-    from amaranth.back import verilog
-
-    v = verilog._convert_rtlil_text(il)
-    if cs.verilog_texts:
-        v += cs.verilog()
+    top, info = axi_top(compiled, reuse, beat_bytes, adder_levels, pipeline, out_beat_bytes)
+    v, _, _ = to_text(top, top_name)
     return v, {"top": top_name, **info, "graph_id": compiled.graph_id}

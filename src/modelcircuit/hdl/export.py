@@ -44,7 +44,6 @@ def convert(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = N
     Amaranth's RTLIL) of the rest of the design, which instantiates them. "amaranth": the
     whole design through Amaranth and yosys (the old path; what hdl/flow/yosys.write_design
     elaborates for the FPGA flow)."""
-    from amaranth.back import rtlil, verilog
 
     check_top_name(top_name)
     if cores not in CORES:
@@ -53,20 +52,7 @@ def convert(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = N
     t0 = time.perf_counter()
     plan = resolve_plan(compiled, reuse, pipeline, adder_levels)
     top, info = build_top(compiled, plan)
-    with _cores(cores, top_name) as cs:
-        il = rtlil.convert(top, name=top_name, emit_src=False)
-        tails = cs.tails_rtlil() if cs is not None else ""
-    cores_v = cores_il = ""
-    # what verilog.convert does, without elaborating twice (amaranth 0.5, pinned); the
-    # tails' Verilog in the same yosys run; the cores are rendered meanwhile (yosys is a
-    # child process: ~0.25 s of wall time, most of it its start)
-    with ThreadPoolExecutor(1) as pool:
-        job = pool.submit(verilog._convert_rtlil_text, il + tails)
-        if cs is not None:
-            cores_v, cores_il = cs.verilog(), cs.rtlil()
-        v = job.result()
-    v += cores_v
-    il += cores_il
+    v, il, cs = to_text(top, top_name, cores)
     info = {"top": top_name, **info,
             "register_bits": register_bits(il), "verilog_lines": v.count("\n"),
             "files": {"verilog": f"{top_name}.v", "rtlil": f"{top_name}.il",
@@ -79,6 +65,28 @@ def convert(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = N
         info["text_cores"] = {"modules": len(cs.verilog_texts), "register_bits": cs.reg_bits}
     info["_convert_s"] = time.perf_counter() - t0
     return v, il, info
+
+
+def to_text(top: Any, top_name: str, cores: str = "text") -> tuple[str, str, CoreSet | None]:
+    """(Verilog, RTLIL, the text cores or None) of a design's top component: Amaranth's
+    RTLIL of it with the R = 1 cores as text modules (`cores`, see convert) and their
+    tails, yosys's Verilog of that (one run), the cores' text appended to both. The export
+    and the AXI IP (hdl/axi.py) write their files through this."""
+    from amaranth.back import rtlil, verilog
+
+    with _cores(cores, top_name) as cs:
+        il = rtlil.convert(top, name=top_name, emit_src=False)
+        tails = cs.tails_rtlil() if cs is not None else ""
+    cores_v = cores_il = ""
+    # what verilog.convert does, without elaborating twice (amaranth 0.5, pinned); the
+    # cores are rendered meanwhile (yosys is a child process: ~0.25 s of wall time, most
+    # of it its start)
+    with ThreadPoolExecutor(1) as pool:
+        job = pool.submit(verilog._convert_rtlil_text, il + tails)
+        if cs is not None:
+            cores_v, cores_il = cs.verilog(), cs.rtlil()
+        v = job.result()
+    return v + cores_v, il + cores_il, cs
 
 
 @contextlib.contextmanager
