@@ -157,3 +157,22 @@ def test_signal_inside_an_import_waits_for_it(tmp_path: Path, monkeypatch: pytes
         time.sleep(5)  # ... and the signal comes back a moment later
     assert sys.modules[name].reached == ["after the signal"]
     assert signal.getsignal(sig) == before  # handlers restored on the way out
+
+
+def test_signal_inside_mkdtemp_leaves_nothing(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A Ctrl-C that lands inside tempfile.mkdtemp, after its mkdir and before the folder is
+    bound to a name (left a `.o.mc-tmp-*` folder behind once in CI): nothing is left."""
+    import tempfile
+
+    from modelcircuit.util import atomic
+
+    real = tempfile.mkdtemp
+
+    def interrupted(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        real(*a, **k)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.tempfile, "mkdtemp", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.atomic_dir(tmp_path / "o", lambda d: None)
+    assert list(tmp_path.iterdir()) == []

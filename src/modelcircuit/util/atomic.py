@@ -11,6 +11,7 @@ stale and swept by the next run.
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import re
@@ -155,13 +156,14 @@ def atomic_dir(out: Path, fill: Callable[[Path], T], what: str = "--out") -> T:
                          f"{e.strerror or e}") from None
     sweep_stale(parent, out.name)
     pid = os.getpid()
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.mc-tmp-{pid}-", dir=parent))
-    except OSError as e:
-        raise GraphError(f"{what} {_display(out)}: cannot write in {_display(parent)}: "
-                         f"{e.strerror or e}") from None
+    tmp: Path | None = None
     old: Path | None = None
     try:
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.mc-tmp-{pid}-", dir=parent))
+        except OSError as e:
+            raise GraphError(f"{what} {_display(out)}: cannot write in {_display(parent)}: "
+                             f"{e.strerror or e}") from None
         hold = os.environ.get(HOLD_ENV)
         if hold:  # a test hook: keeps the run mid-write so a signal surely lands there
             time.sleep(float(hold))
@@ -193,9 +195,17 @@ def atomic_dir(out: Path, fill: Callable[[Path], T], what: str = "--out") -> T:
             raise GraphError(f"{what} {_display(out)}: no space left on the device") from None
         raise GraphError(f"{what} {_display(out)}: {e.strerror or e}") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+        # a signal can land inside mkdtemp, after its mkdir and before `tmp` or `old` is
+        # bound: every temp folder of this process for `out` goes (one was left by a
+        # Ctrl-C in CI)
+        for p in parent.glob(f".{glob.escape(out.name)}.mc-*-{pid}-*"):
+            m = _TMP.match(p.name)
+            if m and m["name"] == out.name and int(m["pid"]) == pid:
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def write_file(path: str | os.PathLike[str], data: bytes | str, tmp_name: str | None = None,
