@@ -17,10 +17,10 @@ cycle (c = 0):
     c in [2n+2, 3n+1]    products: exp port reads x_k - mx again; e_k * r at c + 1 into the
                                    product register, requantized into the output shift
                                    register at c + 2 (the last at c = 3n+3)
-so latency = 3n + 4 and II = 3n + 2 (3n + 7 and 3n + 3 with `deep`, the "fmax" schedule:
-table outputs and products registered once more; the next start may come once the last x_k
-has been read; the product tail is driven by valid bits that travel with the data, not by the
-counter). The output register shifts only while products arrive, so y holds the whole
+so latency = 3n + 4 and II = 3n + 2 (3n + 9 and 3n + 4 with `deep`, the "fmax" schedule:
+both table addresses and outputs and the products registered once more, so the rotation
+pauses three cycles; the next start may come once the last x_k has been read; the product
+tail is driven by valid bits that travel with the data, not by the counter). The output register shifts only while products arrive, so y holds the whole
 vector from c = 3n + 4 until the next vector's products start (c' = 2n + 4 after the next
 start): the top reads it at c = latency.
 
@@ -29,7 +29,7 @@ iCE40 (yosys mul2dsp); with `split` it is one 16 x 16 product (one SB_MAC16) and
 cross terms of the top 2 bits of each operand as shift-adds (a few dozen LUT4s).
 
 Which one (`use_serial`): the parallel unit (II 1) unless the design's II budget covers the
-serial unit's II (3n + 3: the deep variant's, for every schedule), so choosing it never
+serial unit's II (3n + 4: the deep variant's, for every schedule), so choosing it never
 slows the design down:
 - a streamed model (hdl/streamed/lower.py; any spatial op): the Softmax runs once per frame, on the
   vector after the Flatten; the budget is the input pixels per frame (a frame takes at
@@ -222,12 +222,12 @@ SPLIT_WIDTH = 16  # an iCE40 DSP block multiplies 16 x 16
 
 
 def serial_ii(n: int, deep: bool = False) -> int:
-    """II of SoftmaxSerial over n elements (`deep`: one more pause cycle)."""
-    return 3 * n + 2 + int(deep)
+    """II of SoftmaxSerial over n elements (`deep`: two more pause cycles)."""
+    return 3 * n + 2 + 2 * int(deep)
 
 
 def serial_latency(n: int, deep: bool = False) -> int:
-    return 3 * n + 4 + 3 * int(deep)
+    return 3 * n + 4 + 5 * int(deep)
 
 
 class SoftmaxSerial(Unit):
@@ -235,8 +235,10 @@ class SoftmaxSerial(Unit):
     (see the module docstring for the cycle plan). `split`: the product as one 16 x 16
     multiplier plus shift-adds (unsigned tables of at most 18 bits only). `deep` (the
     "fmax" schedule): both table outputs registered before they are used (block RAM
-    clock-to-out is 5.6 ns on an ECP5) and the product registered twice; the rotation
-    pauses two cycles, latency 3n + 7, II 3n + 3."""
+    clock-to-out is 5.6 ns on an ECP5), both table addresses registered (x - max, its clip
+    and the route into the block RAM were the folded jet tagger's clock on an ECP5-25k:
+    7.8 ns) and the product registered twice; the rotation pauses three cycles, latency
+    3n + 9, II 3n + 4."""
 
     def __init__(self, tin: FixedType, n: int, tout: FixedType, exp_table: np.ndarray,
                  exp_t: FixedType, exp_lo: int, exp_shift: int, recip_table: np.ndarray,
@@ -275,10 +277,16 @@ class SoftmaxSerial(Unit):
         p = lo + (Value.cast(cr) << k) + (Value.cast(hi) << (2 * k))
         return self.regs(m, [p], "pd")[0] if self.deep else p
 
+    def _addr(self, m: Module, a: Value, name: str) -> Value:
+        """A table address, registered (each enabled cycle) under `deep`."""
+        return self.regs(m, [a], name)[0] if self.deep else a
+
     def elaborate(self, platform: object) -> Module:
         m = Module()
         n, d = self.n, int(self.deep)
-        pause = 1 + d  # cycles the rotation waits for the reciprocal (and its register)
+        # a table read issued at c (its address from the registers at c) is e at c + 1 + 2d:
+        # + d the address register, + d the output register
+        pause = 1 + 2 * d  # cycles the rotation waits for the reciprocal (and its registers)
         last = 3 * n + pause  # the last product read
         etab, et, elo, esh = self.exp
         rtab, rt, rlo, rsh = self.rec
@@ -303,23 +311,33 @@ class SoftmaxSerial(Unit):
                     m.d.sync += mx.eq(Mux(xs[0] > mx, xs[0], mx))
         # the exp port: x_k - max, read every enabled cycle (sum and product passes)
         emem = table_rom(m, "exp_table", etab, et)
-        e = table_read(m, emem, table_index(xs[0] - mx, elo, esh, len(etab)), en)
+        ea = self._addr(m, table_index(xs[0] - mx, elo, esh, len(etab)), "ea")
+        e = table_read(m, emem, ea, en)
         if d:
             e = self.regs(m, [e], "eo")[0]
         s_w = max(1, (n * int(etab.max(initial=0))).bit_length())
         s = Signal(unsigned(s_w), name="s", reset_less=True)
-        with m.If(en & run & (c >= n + 2 + d) & (c <= 2 * n + 1 + d)):
-            m.d.sync += s.eq(fit(Mux(c == n + 2 + d, 0, s) + e, s_w, False))
+        first = n + 2 + 2 * d  # e of the first sum read (c = n + 1)
+        with m.If(en & run & (c >= first) & (c < first + n)):
+            m.d.sync += s.eq(fit(Mux(c == first, 0, s) + e, s_w, False))
         rmem = table_rom(m, "recip_table", rtab, rt)
         rp = rmem.read_port(domain="sync")
-        m.d.comb += [rp.addr.eq(table_index(s, rlo, rsh, len(rtab))),
-                     rp.en.eq(en & run & (c == 2 * n + 2 + d))]
+        # s is whole from c = first + n on (held until the next sum), its address register
+        # one cycle later: the read is a valid bit that travels with it (for n = 1 that
+        # cycle may be the next vector's start, after `run` has ended)
+        rd_s = run & (c == first + n)
+        if d:
+            rd_s = self.regs(m, [rd_s], "rv")[0]
+        m.d.comb += [rp.addr.eq(self._addr(m, table_index(s, rlo, rsh, len(rtab)), "ra")),
+                     rp.en.eq(en & rd_s)]
         r = self.regs(m, [rp.data], "ro")[0] if d else rp.data
         # the product tail: valid bits travel with the data (the next start may come first)
         rd = Signal(name="prod_rd")
         m.d.comb += rd.eq(run & (c > 2 * n + pause))
-        vals = [rd]  # product read -> e valid (-> e registered) -> product (-> registered)
-        for i in range(2 + 2 * d):
+        # product read (-> address registered) -> e valid (-> e registered) -> product
+        # (-> registered)
+        vals = [rd]
+        for i in range(2 + 3 * d):
             v = Signal(name=f"pv{i}")
             with m.If(en):
                 m.d.sync += v.eq(vals[-1])
@@ -347,7 +365,7 @@ def softmax_budget(g: Any, reuse: Mapping[str, int]) -> int:
 
 def use_serial(g: Any, node: Any, reuse: Mapping[str, int]) -> bool:
     """The rule: the serial unit when the design's budget covers its II under every
-    schedule (3n + 3, the deep variant's), so the cost model needs no schedule."""
+    schedule (3n + 4, the deep variant's), so the cost model needs no schedule."""
     return serial_ii(int(g.tensor(node.inputs[0]).size), deep=True) <= \
         softmax_budget(g, reuse)
 

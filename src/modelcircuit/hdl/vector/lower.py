@@ -190,8 +190,8 @@ def lower_lut(g: Graph, node: Node, opt: Options) -> Unit:
 
 def lower_softmax(g: Graph, node: Node, opt: Options) -> Unit:
     """The parallel Softmax (II 1), or the serial one (hdl/units/softmax.py: one exp-table
-    port, one product, II 3n + 2, 3n + 3 under "fmax") where the design's II budget covers
-    3n + 3 (`use_serial`: the input pixels per frame of a streamed model, else the largest
+    port, one product, II 3n + 2, 3n + 4 under "fmax") where the design's II budget covers
+    3n + 4 (`use_serial`: the input pixels per frame of a streamed model, else the largest
     Dense reuse), so the choice never slows the design down. The serial product is split
     for a 16 x 16 DSP under the lean schedules ("area": iCE40; "latency")."""
     tin, n = _spec(g, node.inputs[0], node)
