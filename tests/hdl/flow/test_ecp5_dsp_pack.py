@@ -17,12 +17,19 @@ from modelcircuit.hdl.flow.tools import tool_command, tool_env, warm_tool
 # lane 0: plain registers around the product; lane 1: input registers enabled by en1, the
 # product register by en2; lane 2: a synchronously reset product register; lane 3: an input
 # register with another load (o3) and a product bit with a logic load (x3); lane 4: a product
-# register on the falling edge
+# register on the falling edge; lane 5: operand a is a register right after a block RAM's read (a ROM)
+# (it stays beside the RAM), b a plain register
 DESIGN = """
 module top(input clk, input en1, en2, srst, input [15:0] a0,b0,a1,b1,a2,b2,a3,b3,a4,b4,
-           output reg [31:0] p0,p1,p2,p3,p4, output [15:0] o3, output x3);
-  reg signed [15:0] ra0, rb0, ra1, rb1, ra2, rb2, ra3, rb3, ra4, rb4;
+           input [8:0] ra, input [15:0] b5,
+           output reg [31:0] p0,p1,p2,p3,p4,p5, output [15:0] o3, output x3);
+  reg signed [15:0] ra0, rb0, ra1, rb1, ra2, rb2, ra3, rb3, ra4, rb4, ra5, rb5;
+  reg [15:0] rom [0:511];
+  reg [15:0] rd;
+  integer i;
+  initial for (i = 0; i < 512; i = i + 1) rom[i] = (i * 40503) % 65521;
   always @(posedge clk) begin
+    rd <= rom[ra]; ra5 <= rd; rb5 <= b5; p5 <= $signed(ra5) * $signed(rb5);
     ra0 <= a0; rb0 <= b0; p0 <= $signed(ra0) * $signed(rb0);
     if (en1) begin ra1 <= a1; rb1 <= b1; end
     if (en2) p1 <= $signed(ra1) * $signed(rb1);
@@ -70,12 +77,17 @@ def _dsp_driving(m: dict[str, Any], port: str) -> dict[str, Any] | None:
 
 def test_registers_packed_where_the_circuit_allows(packed) -> None:  # noqa: ANN001
     stats, m, _ = packed
-    assert stats["dsp"] == 5
-    # every lane's operands are plain rising-edge registers: all ten packed
-    assert stats["input_a"] == stats["input_b"] == 5
-    # only lanes 0 and 1 have a product register the block can be: not the reset one (2),
+    assert stats["dsp"] == 6
+    assert sum(c["type"] == "DP16KD" for c in m["cells"].values()) == 1
+    # every lane's operands are plain rising-edge registers: all packed but lane 5's a,
+    # the register after the block RAM
+    assert (stats["input_a"], stats["input_b"]) == (5, 6)
+    c5 = _dsp_driving(m, "p5")
+    assert c5 is not None and c5["parameters"].get("REG_INPUTA_CLK", "NONE") == "NONE"
+    assert c5["parameters"]["REG_INPUTB_CLK"] == "CLK0"
+    # lanes 0, 1 and 5 have a product register the block can be: not the reset one (2),
     # not the one whose bit feeds logic (3), not the falling-edge one (4)
-    assert stats["output"] == 2
+    assert stats["output"] == 3
     for port in ("p0", "p1"):
         c = _dsp_driving(m, port)
         assert c is not None, port

@@ -23,6 +23,7 @@ from typing import Any
 from ...graphs.compiled import CompiledGraph
 from ...util import templating
 from .devices import dsp_blocks, soft_max_width
+from .ecp5_bram_pack import pack_file as pack_bram_file
 from .ecp5_dsp_pack import ENV as DSP_PACK_ENV
 from .ecp5_dsp_pack import pack_file
 from .reports import parse_muls, parse_stat
@@ -91,12 +92,16 @@ def synthesize(design: Path, prof: dict[str, Any], work: Path, runner: Runner,
                                           yosys_family=prof.get("yosys_family", "")))
     runner.run("yosys-synth", "yosys", ["-s", "synth.ys"], work)
     st = parse_stat(work / "stat.json")
-    if fam == "ecp5" and budget > 0 and os.environ.get(DSP_PACK_ENV) == "1":
-        # the DSPs' own registers (opt-in; ecp5_dsp_pack.py); stat.json's flip-flop count
-        # stays the unpacked one (the fit's check is then conservative)
+    if fam == "ecp5" and os.environ.get(DSP_PACK_ENV) == "1":
+        # the DSPs' and block RAMs' own registers (opt-in; ecp5_dsp_pack.py,
+        # ecp5_bram_pack.py); stat.json's flip-flop count stays the unpacked one (the fit's
+        # check is then conservative)
         shutil.copy(work / "synth.json", work / "synth_unpacked.json")
-        st["dsp_pack"] = pack_file(work / "synth.json")
-        runner.say(f"[dsp-pack] {st['dsp_pack']}")
+        if budget > 0:
+            st["dsp_pack"] = pack_file(work / "synth.json")
+            runner.say(f"[dsp-pack] {st['dsp_pack']}")
+        st["bram_pack"] = pack_bram_file(work / "synth.json")
+        runner.say(f"[bram-pack] {st['bram_pack']}")
     st["multipliers"] = {"total": len(muls), "dsp_eligible": sum(1 for n, _ in need if n),
                          "dsp_blocks_wanted": want, "to_logic": len(soft_sel), "dsp_budget": budget,
                          "narrow_to_logic": len(muls) - len(need)}
