@@ -17,9 +17,9 @@ cycle (c = 0):
     c in [2n+2, 3n+1]    products: exp port reads x_k - mx again; e_k * r at c + 1 into the
                                    product register, requantized into the output shift
                                    register at c + 2 (the last at c = 3n+3)
-so latency = 3n + 4 and II = 3n + 2 (3n + 9 and 3n + 4 with `deep`, the "fmax" schedule:
-both table addresses and outputs and the products registered once more, so the rotation
-pauses three cycles; the next start may come once the last x_k has been read; the product
+so latency = 3n + 4 and II = 3n + 2 (3n + 10 and 3n + 4 with `deep`, the "fmax" schedule:
+x - max registered before its clip into the exp table's address, both table addresses and
+outputs and the products registered once more, so the rotation pauses three cycles; the next start may come once the last x_k has been read; the product
 tail is driven by valid bits that travel with the data, not by the counter). The output register shifts only while products arrive, so y holds the whole
 vector from c = 3n + 4 until the next vector's products start (c' = 2n + 4 after the next
 start): the top reads it at c = latency.
@@ -227,7 +227,7 @@ def serial_ii(n: int, deep: bool = False) -> int:
 
 
 def serial_latency(n: int, deep: bool = False) -> int:
-    return 3 * n + 4 + 5 * int(deep)
+    return 3 * n + 4 + 6 * int(deep)
 
 
 class SoftmaxSerial(Unit):
@@ -235,10 +235,11 @@ class SoftmaxSerial(Unit):
     (see the module docstring for the cycle plan). `split`: the product as one 16 x 16
     multiplier plus shift-adds (unsigned tables of at most 18 bits only). `deep` (the
     "fmax" schedule): both table outputs registered before they are used (block RAM
-    clock-to-out is 5.6 ns on an ECP5), both table addresses registered (x - max, its clip
-    and the route into the block RAM were the folded jet tagger's clock on an ECP5-25k:
-    7.8 ns) and the product registered twice; the rotation pauses three cycles, latency
-    3n + 9, II 3n + 4."""
+    clock-to-out is 5.6 ns on an ECP5), both table addresses registered and x - max
+    registered before its clip (x - max, its clip and the route into the block RAM were the
+    folded jet tagger's clock on an ECP5-25k: 7.8 ns; with only the address registered,
+    7.0 ns) and the product registered twice; the rotation pauses three cycles, latency
+    3n + 10, II 3n + 4."""
 
     def __init__(self, tin: FixedType, n: int, tout: FixedType, exp_table: np.ndarray,
                  exp_t: FixedType, exp_lo: int, exp_shift: int, recip_table: np.ndarray,
@@ -284,8 +285,8 @@ class SoftmaxSerial(Unit):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         n, d = self.n, int(self.deep)
-        # a table read issued at c (its address from the registers at c) is e at c + 1 + 2d:
-        # + d the address register, + d the output register
+        # a table read issued at c (its address from the registers at c) is e at c + 1 + 3d:
+        # + 2d x - max and the address registered, + d the output register
         pause = 1 + 2 * d  # cycles the rotation waits for the reciprocal (and its registers)
         last = 3 * n + pause  # the last product read
         etab, et, elo, esh = self.exp
@@ -311,33 +312,38 @@ class SoftmaxSerial(Unit):
                     m.d.sync += mx.eq(Mux(xs[0] > mx, xs[0], mx))
         # the exp port: x_k - max, read every enabled cycle (sum and product passes)
         emem = table_rom(m, "exp_table", etab, et)
-        ea = self._addr(m, table_index(xs[0] - mx, elo, esh, len(etab)), "ea")
+        diff = self.regs(m, [xs[0] - mx], "ed")[0] if d else xs[0] - mx
+        ea = self._addr(m, table_index(diff, elo, esh, len(etab)), "ea")
         e = table_read(m, emem, ea, en)
         if d:
             e = self.regs(m, [e], "eo")[0]
         s_w = max(1, (n * int(etab.max(initial=0))).bit_length())
         s = Signal(unsigned(s_w), name="s", reset_less=True)
-        first = n + 2 + 2 * d  # e of the first sum read (c = n + 1)
+        first = n + 2 + 3 * d  # e of the first sum read (c = n + 1)
         with m.If(en & run & (c >= first) & (c < first + n)):
             m.d.sync += s.eq(fit(Mux(c == first, 0, s) + e, s_w, False))
         rmem = table_rom(m, "recip_table", rtab, rt)
         rp = rmem.read_port(domain="sync")
         # s is whole from c = first + n on (held until the next sum), its address register
-        # one cycle later: the read is a valid bit that travels with it (for n = 1 that
-        # cycle may be the next vector's start, after `run` has ended)
-        rd_s = run & (c == first + n)
+        # d cycles later: the read is a valid bit that leaves with the last sum read (c = 2n)
+        # and travels with its e, then the address (for small n that cycle may come after
+        # `run` has ended, or be the next vector's start)
         if d:
-            rd_s = self.regs(m, [rd_s], "rv")[0]
+            rd_s = run & (c == 2 * n)
+            for i in range(first + n + d - 2 * n):
+                rd_s = self.regs(m, [rd_s], f"rv{i}")[0]
+        else:  # c = 2n + 2 <= 3n + 1, the last cycle of `run`
+            rd_s = run & (c == first + n)
         m.d.comb += [rp.addr.eq(self._addr(m, table_index(s, rlo, rsh, len(rtab)), "ra")),
                      rp.en.eq(en & rd_s)]
         r = self.regs(m, [rp.data], "ro")[0] if d else rp.data
         # the product tail: valid bits travel with the data (the next start may come first)
         rd = Signal(name="prod_rd")
         m.d.comb += rd.eq(run & (c > 2 * n + pause))
-        # product read (-> address registered) -> e valid (-> e registered) -> product
-        # (-> registered)
+        # product read (-> x - max, address registered) -> e valid (-> e registered) ->
+        # product (-> registered)
         vals = [rd]
-        for i in range(2 + 3 * d):
+        for i in range(2 + 4 * d):
             v = Signal(name=f"pv{i}")
             with m.If(en):
                 m.d.sync += v.eq(vals[-1])
