@@ -15,7 +15,7 @@ import pytest
 
 import modelcircuit as mc
 from modelcircuit.graphs import fixed as fx
-from modelcircuit.graphs import golden_plan, host, native, reference
+from modelcircuit.graphs import golden_fast, golden_plan, host, native, reference
 from modelcircuit.graphs.types import FixedType, Overflow, Rounding
 from modelcircuit.util import native as unative
 
@@ -62,7 +62,7 @@ def test_epilogue_equals_numpy(loops, dt, mode, rnd, bias):
             np.add(want, b, out=want)
         if rnd is not None:
             rnd(want, out=want)
-        golden_plan._clip(want, dt(lo), dt(hi), out=want)
+        golden_fast.clip(want, dt(lo), dt(hi), out=want)
         got = y.copy()
         assert loops.epilogue(got, b, mode, dt(lo), dt(hi))
         assert _same_bits(got, want), (lo, hi)
@@ -110,7 +110,7 @@ def test_add_equals_numpy(loops, ta, tb):
                 want = np.floor(want)
             elif mode == native.A_RINT:
                 want = np.rint(want)
-            golden_plan._clip(want, lo, hi, out=want)
+            golden_fast.clip(want, lo, hi, out=want)
             got = np.empty(a.shape, np.float64)
             assert loops.add(a, b, got, ka, kb, mode, lo, hi)
             assert _same_bits(got, want), (ka, kb, mode)
@@ -258,7 +258,7 @@ def test_threshold_loop_counts_like_searchsorted(dtype):
     as reference.threshold computes it: evenly spaced thresholds (the guess), uneven and
     duplicated ones (the binary search), K = 1, one row, values on, between and beyond the
     thresholds."""
-    from modelcircuit.graphs import golden_plan
+    from modelcircuit.graphs import golden_steps
 
     lp = native.loops()
     rng = np.random.default_rng(11)
@@ -277,7 +277,7 @@ def test_threshold_loop_counts_like_searchsorted(dtype):
         lo, hi = int(thr.min()) - 3, int(thr.max()) + 3
         x = np.concatenate([rng.integers(lo, hi + 1, 4000), thr.ravel(), thr.ravel() - 1])
         x = x[: (x.size // rows) * rows].astype(dtype)
-        ts, tab, inv = golden_plan.threshold_tables(thr, steps, base)
+        ts, tab, inv = golden_steps.threshold_tables(thr, steps, base)
         out = np.empty(x.shape, np.int64)
         lp.thresh[np.dtype(dtype)](x.ctypes.data, out.ctypes.data, x.size, rows,
                                    ts.ctypes.data, k, tab.ctypes.data, inv.ctypes.data)

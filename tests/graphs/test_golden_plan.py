@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import modelcircuit as mc
-from modelcircuit.graphs import golden_plan, host, reference
+from modelcircuit.graphs import golden_fast, golden_plan, host, reference
 from modelcircuit.graphs.ir import Graph, GraphError, Node, Tensor
 from modelcircuit.graphs.passes.accumulators import accumulator_types
 from modelcircuit.graphs.types import FixedType, Overflow, Rounding
@@ -185,9 +185,9 @@ def test_drawn_sums_and_relus_equal_the_reference(case):
         return
     xq = _codes(rng, xt, (40, 6))
     p = golden_plan.plan(g)
-    kinds = [s[0].__qualname__.split(".")[1] for s in p.steps]
-    event(f"add {'fast' if kinds[2] == '_add' else 'reference'}, "
-          f"relu {'fused' if 'r' in p.fused else 'fast' if kinds[3] == '_relu' else 'reference'}")
+    kinds = [s[0].__qualname__.split(".<locals>")[0] for s in p.steps]
+    event(f"add {'fast' if kinds[2] == 'add' else 'reference'}, "
+          f"relu {'fused' if 'r' in p.fused else 'fast' if kinds[3] == 'relu' else 'reference'}")
     want = reference.execute(g, [xq], inputs_are_codes=True, trace=True)
     got = p.execute([xq], inputs_are_codes=True)["r"]
     assert got.dtype == np.int64 and np.array_equal(got, want["r"]), kinds
@@ -196,7 +196,7 @@ def test_drawn_sums_and_relus_equal_the_reference(case):
     node = g.nodes[2]
     want_s = (reference.sub if sub else reference.add)(g, node, [a, b])
     if "r" in p.fused:  # the ReLU done by the sum's clamp (its type holds the sum's codes)
-        assert kinds[3] == "_relu" and tr.qmin <= 0 <= tr.qmax
+        assert kinds[3] == "relu" and tr.qmin <= 0 <= tr.qmax
         want_s = np.maximum(want_s, 0)
     step = p.steps[2][0]
     helds = [(a, b), (a.astype(np.float64), b.astype(np.float64))]
@@ -251,19 +251,19 @@ def test_quantization_refuses_nan_and_inf():
 
 # -- each fast path's bound matters: forced on beyond it, the comparison fails -------------
 class _Force:
-    """Forces a fast path on (golden_plan.FORCE) for the plans built from then on."""
+    """Forces a fast path on (golden_fast.FORCE) for the plans built from then on."""
 
     def add(self, name: str) -> None:
-        golden_plan.FORCE.add(name)
+        golden_fast.FORCE.add(name)
         golden_plan._PLANS.clear()
 
 
 @pytest.fixture
 def force():
-    golden_plan.FORCE.clear()
+    golden_fast.FORCE.clear()
     golden_plan._PLANS.clear()
     yield _Force()
-    golden_plan.FORCE.clear()
+    golden_fast.FORCE.clear()
     golden_plan._PLANS.clear()
 
 
