@@ -136,7 +136,7 @@ def glue_cost(design: Any, mems: list[StreamMem]) -> tuple[int, int]:
 def _busy_fn(g: Any, node: Any, lay: dict[str, Any]) -> tuple[int, int]:
     """(base, per_extra_R): the layer's unit occupies base + (R - 1) * per cycles/frame."""
     from ...graphs.ops import RECURRENT, ConvAttrs, GruAttrs, Op
-    from ..streamed.lower import geometry
+    from ..streamed.lower_context import geometry
     from ..streamed.recurrent import TAIL
 
     if node.op in RECURRENT:  # T steps of (the folded gate sums + the tail) each
@@ -160,7 +160,7 @@ def base_cycles(g: Any) -> int:
     """T0: cycles per frame of the busiest unit at reuse 1 (every window op's padded
     positions, Resize outputs, the input pixels)."""
     from ...graphs.ops import AvgPoolAttrs, ConvAttrs, MaxPoolAttrs, Op
-    from ..streamed.lower import geometry
+    from ..streamed.lower_context import geometry
 
     shp = g.tensor(g.inputs[0]).shape
     t0 = int(np.prod(shp[:-1]))

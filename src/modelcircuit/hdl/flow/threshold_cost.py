@@ -67,7 +67,7 @@ def threshold_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
 
 def _chained_conv(g: Any, n: Any) -> tuple[str, tuple[int, int]] | None:
     """(the Conv, its window Dense's (N_in, N_out)) where Threshold n alone reads a
-    (not depthwise) Conv's output: the chain hdl/streamed/lower.py `_chain_into` may make,
+    (not depthwise) Conv's output: the chain hdl/streamed/lower_ops.py `_chain_into` may make,
     whose folded Dense keeps the input n reads (units.ChainUnit._a_holds_for_b)."""
     x = n.inputs[0]
     prod = g.producer(x)

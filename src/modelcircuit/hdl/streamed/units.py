@@ -201,9 +201,9 @@ class MapUnit(SUnit):
 class ChainUnit(Unit):
     """Two whole-token units back to back: `b` starts on `a`'s result (`a.latency` enabled
     cycles after `a` starts) and reads `a.y`. A window unit's inner unit: a Conv and the
-    quantizer that alone reads it (lower.py `_threshold`), without the FIFO and the stream
-    unit between them (an 8-bit DS-CNN: 2-deep FIFOs of 1,216-1,344-bit accumulator tokens
-    after each of its 9 convolutions, in LUT RAM). II: the slower of the two (b keeps its
+    quantizer that alone reads it (lower_ops.py `lower_threshold`), without the FIFO and the
+    stream unit between them (an 8-bit DS-CNN: 2-deep FIFOs of 1,216-1,344-bit accumulator
+    tokens after each of its 9 convolutions, in LUT RAM). II: the slower of the two (b keeps its
     own copy of its input where it folds: a's output changes no sooner than II later);
     latency: the sum."""
 
