@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from modelcircuit.graphs.pipeline import compile_graph
-from modelcircuit.hdl.flow.stream_fit import design_timing, stream_memories
+from modelcircuit.hdl.flow.stream_cost import design_timing, stream_memories
 from modelcircuit.hdl.streamed.window import WindowUnit
 from modelcircuit.hdl.units.dense import Dense
 

@@ -264,12 +264,12 @@ def free_fold_plan(c) -> dict[str, int]:
     frame time), depthwise Convs at reuse 1 (folded, their block-diagonal Dense would hold
     the zeros). II 1 per pixel; the Verilog is about half that of reuse 1 everywhere."""
     from modelcircuit.hdl.flow.fit import candidates
-    from modelcircuit.hdl.flow.stream_fit import _busy_fn, base_cycles, plan_at
+    from modelcircuit.hdl.flow.stream_time import base_cycles, busy_fn, plan_at
     from modelcircuit.hdl.plan.size import dense_weights
 
     g = c.graph
     nodes = {n.name: n for n in g.nodes}
     dense = dense_weights(g)
-    busy = {k: _busy_fn(g, nodes[k], {}) for k in dense}
+    busy = {k: busy_fn(g, nodes[k], {}) for k in dense}
     plan = plan_at({k: candidates(*w.shape) for k, w in dense.items()}, busy, base_cycles(g))
     return {k: 1 if int(nodes[k].get("group", 1) or 1) > 1 else r for k, r in plan.items()}

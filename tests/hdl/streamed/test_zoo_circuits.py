@@ -93,7 +93,7 @@ def test_estimate_knows_which_quantizers_read_in_place(name, plan) -> None:
     what the built chain says (ChainUnit.b_in_place), quantizer by quantizer; the global
     depthwise's products are the unit's (a pooling sum of ones has none)."""
     from modelcircuit.hdl.flow.layer_cost import dense_layers, depthwise_cost
-    from modelcircuit.hdl.flow.stream_fit import _busy_fn, _frame_time
+    from modelcircuit.hdl.flow.stream_time import busy_fn, frame_time
     from modelcircuit.hdl.flow.threshold_cost import reads_in_place, threshold_layers
 
     c = compile(mc.load_onnx(str(ZOO / f"{name}.onnx")))
@@ -105,8 +105,8 @@ def test_estimate_knows_which_quantizers_read_in_place(name, plan) -> None:
              for lay in info["layers"] if "then" in lay}
     assert built
     nodes = {n.name: n for n in g.nodes}
-    busy = {lay["node"]: _busy_fn(g, nodes[lay["node"]], lay) for lay in layers}
-    t = _frame_time(busy, reuse)
+    busy = {lay["node"]: busy_fn(g, nodes[lay["node"]], lay) for lay in layers}
+    t = frame_time(busy, reuse)
     est = {lay["node"]: reads_in_place(lay, reuse, t) for lay in threshold_layers(c)}
     assert {n: est[n] for n in built} == built
     assert not any(v for n, v in est.items() if n not in built)

@@ -1,20 +1,11 @@
-"""`--reuse auto` and the resource estimate for streamed models (hdl/streamed/units.py, hdl/streamed/lower.py).
+"""`--reuse auto` for streamed models (hdl/streamed/units.py, hdl/streamed/lower.py): the
+search for a plan, and the checks and words about a plan that does not fit.
 
-Time, not the layer count, decides a streamed plan: one input pixel per handshake, and a
-layer at a deeper level of the network sees fewer pixels per frame, so it may fold further at
-no cost in throughput. A window unit (Conv) at reuse R occupies
-`hp*wp + (R - 1) * ho*wo` cycles per frame (every padded position one step, every window R);
-a Flatten->Dense (FlatDense) or a whole-vector Dense R. For a frame budget of T cycles each
-layer takes its largest candidate reuse within T (fit.candidates); T runs over multiples of
-T0, the busiest unit at reuse 1, and the first T whose estimate fits the device's logic
-(LUT x margin, FF x margin, DSP) and its block RAM (weight ROMs + line buffers) wins.
-
-The streamed memories are counted from the design itself (`stream_memories`, the exact
-depths of hdl/streamed/top.py `schedule` for the plan): line buffers (kh - 1 per window unit,
-padded width deep), Resize row buffers (in LUT RAM where shallower than the family's
-`lutram_depth`), and every FIFO (depth >= BUFFERED_MIN_DEPTH: block RAM, else distributed
-RAM in LUTs), each packed into the family's block RAM configurations
-(`bram_tiles`: DP16KD 512x36 .. 16384x1 on ECP5, SB_RAM40_4K 256x16 .. 2048x2 on iCE40).
+For a frame budget of T cycles each layer takes its largest candidate reuse within T
+(fit.candidates; the cycles per frame of a layer at a reuse: hdl/flow/stream_time.py); T runs
+over multiples of T0, the busiest unit at reuse 1, and the first T whose estimate fits the
+device's logic (LUT x margin, FF x margin, DSP) and its block RAM (weight ROMs + line buffers
++ FIFOs, counted from the plan's design: hdl/flow/stream_cost.py) wins.
 
 FIFOs are the one memory a plan cannot shrink (their depth is the structural lag of a skip
 connection: the long path's rows of halo, pools and resizes, in tokens), so when they do not
@@ -26,272 +17,13 @@ verify (simulation) take it as it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from ...graphs.compiled import CompiledGraph
 from ..errors import HdlError
-from ..plan.schedule import lutram_cells
-from ..streamed.memory import cells_of
-from .layer_cost import bram_tiles
+from .stream_cost import glue_cost, stream_block, stream_design, stream_layer, stream_memories
+from .stream_time import base_cycles, busy_fn, frame_time, plan_at
 from .threshold_cost import threshold_costs, threshold_layers
-
-
-@dataclass
-class StreamMem:
-    """One streamed memory: kind "line buffer" | "row buffer" | "fifo"."""
-
-    kind: str
-    unit: str  # the instance that reads it
-    node: str  # its graph node (the consumer, for a FIFO)
-    width: int
-    depth: int
-    block: bool  # in block RAM (else distributed)
-    bram: int
-    source: str = ""  # a FIFO: the producer (instance or "input")
-    port: int = 0  # a FIFO: the consumer's input index
-    tokens_per_frame: int = 0
-
-    @property
-    def bits(self) -> int:
-        return self.width * self.depth
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "bits": self.bits}
-
-
-def stream_memories(design: Any, timing: Any, family_name: str,
-                    geom: tuple[int, int] = (36, 512)) -> list[StreamMem]:
-    """Every streamed memory of a design with its schedule (hdl/streamed/top.py)."""
-    from ..streamed.top import BUFFERED_MIN_DEPTH, INPUT
-    from ..streamed.units import ResizeUnit
-    from ..streamed.window import WindowUnit
-
-    mems: list[StreamMem] = []
-    node_of = {name: str(design.meta.get(name, {}).get("node", name))
-               for name, _, _ in design.units}
-    for ui, (name, u, srcs) in enumerate(design.units):
-        if isinstance(u, WindowUnit):
-            blk = u.ram_style == "block"
-            for wdt, dep in u.memories():
-                mems.append(StreamMem("line buffer", name, node_of[name], wdt, dep, blk,
-                                      bram_tiles(wdt, dep, family_name, geom) if blk else 0))
-        if isinstance(u, ResizeUnit) and u.sh > 1:
-            wdt, blk = u.ins[0].width, u.ram_style == "block"
-            mems.append(StreamMem("row buffer", name, node_of[name], wdt, u.w, blk,
-                                  bram_tiles(wdt, u.w, family_name, geom) if blk else 0))
-        for k, s in enumerate(srcs if timing is not None else ()):
-            tok = design.input if s == INPUT else design.units[s][1].out
-            depth = int(timing.fifo_depth[(ui, k)])
-            block = depth >= BUFFERED_MIN_DEPTH
-            mems.append(StreamMem("fifo", name, node_of[name], tok.width, depth, block,
-                                  bram_tiles(tok.width, depth, family_name, geom) if block else 0,
-                                  "input" if s == INPUT else design.units[s][0], k,
-                                  tok.per_frame))
-    if timing is None:  # the design alone: line and row buffers only
-        return mems
-    last = design.units[-1][0]
-    depth = int(timing.fifo_depth[(-1, 0)])
-    tok = design.output
-    block = depth >= BUFFERED_MIN_DEPTH
-    mems.append(StreamMem("fifo", "output", "output", tok.width, depth, block,
-                          bram_tiles(tok.width, depth, family_name, geom) if block else 0,
-                          last, 0, tok.per_frame))
-    return mems
-
-
-def glue_cost(design: Any, mems: list[StreamMem]) -> tuple[int, int]:
-    """(LUT4, FF) of what the Dense estimate leaves out of a streamed design: window
-    registers (kh*kw pixels + the stage-1 pixel), Resize hold registers, collected frames,
-    and FIFOs in distributed RAM (a 16 x 4 LUT RAM = 2 LUT4, plus the read mux)."""
-    from ..streamed.units import CollectUnit, ResizeUnit
-    from ..streamed.window import WindowUnit
-
-    ff = lut = 0
-    for _, u, _ in design.units:
-        if isinstance(u, WindowUnit) and u.reader is not None:  # the window a memory
-            ff += u.ins[0].width + 40  # the pixel of stage 1, the window's base, the tap
-            lut += 48  # the chunk's tap table and its address
-        elif isinstance(u, WindowUnit):
-            w = u.ins[0].width
-            ff += (u.geo.kh * u.geo.kw + 1) * w + 16
-            lut += 24
-        elif isinstance(u, ResizeUnit):
-            ff += u.ins[0].width + 16
-            lut += u.ins[0].width + 16
-        elif isinstance(u, CollectUnit):
-            ff += u.pixels * u.ins[0].width
-    for m in mems:
-        if not m.block:  # LUT RAM; a line or row buffer's read registered
-            lut += 2 * cells_of(m.width, m.depth) + 8
-            ff += m.width if m.depth > 1 or m.kind != "fifo" else 0
-        elif m.kind == "fifo":
-            ff += m.width + 2 * int(m.depth).bit_length()
-    return lut, ff
-
-
-# -- the plan -------------------------------------------------------------------------------
-def _busy_fn(g: Any, node: Any, lay: dict[str, Any]) -> tuple[int, int]:
-    """(base, per_extra_R): the layer's unit occupies base + (R - 1) * per cycles/frame."""
-    from ...graphs.ops import RECURRENT, ConvAttrs, GruAttrs, Op
-    from ..streamed.lower_context import geometry
-    from ..streamed.recurrent import TAIL
-
-    if node.op in RECURRENT:  # T steps of (the folded gate sums + the tail) each
-        t = int(g.tensor(g.activations(node)[0]).shape[0])
-        passes = 2 if node.op == Op.GRU and not GruAttrs.of(node).lbr else 1
-        return t * passes * (TAIL["LSTM"] + 2), t * passes
-    if node.op == Op.CONV:
-        a = ConvAttrs.of(node)
-        x = g.activations(node)[0]
-        geo = geometry(tuple(g.tensor(x).shape), a.kernel, a.strides, a.pads,
-                       f"node {node.name}")
-        return geo.hp * geo.wp, geo.ho * geo.wo
-    shp = g.tensor(g.activations(node)[0]).shape
-    if len(shp) >= 2:  # a Dense per token of a sequence: R cycles for each of its T tokens
-        t = int(np.prod(shp[:-1]))
-        return t, t
-    return 1, 1  # FlatDense (R = pixels x cycles per pixel) or a whole-vector Dense
-
-
-def base_cycles(g: Any) -> int:
-    """T0: cycles per frame of the busiest unit at reuse 1 (every window op's padded
-    positions, Resize outputs, the input pixels)."""
-    from ...graphs.ops import AvgPoolAttrs, ConvAttrs, MaxPoolAttrs, Op
-    from ..streamed.lower_context import geometry
-
-    shp = g.tensor(g.inputs[0]).shape
-    t0 = int(np.prod(shp[:-1]))
-    attrs = {Op.CONV: ConvAttrs, Op.MAX_POOL: MaxPoolAttrs, Op.AVG_POOL: AvgPoolAttrs}
-    for n in g.nodes:
-        if n.op in (Op.LSTM, Op.GRU):
-            t0 = max(t0, _busy_fn(g, n, {})[0])
-        elif n.op in attrs:
-            a = attrs[n.op].of(n)
-            x = g.activations(n)[0]
-            geo = geometry(tuple(g.tensor(x).shape), a.kernel, a.strides, a.pads,
-                           f"node {n.name}")
-            t0 = max(t0, geo.hp * geo.wp)
-        elif n.op == Op.RESIZE:
-            t0 = max(t0, int(np.prod(g.tensor(n.outputs[0]).shape[:-1])))
-        elif n.op == Op.ATTENTION:  # the load and T rows (hdl/streamed/attention.py)
-            from ..streamed.attention import sequence_cycles
-            t0 = max(t0, sequence_cycles(*(int(g.tensor(n.inputs[k]).shape[-2])
-                                           for k in (0, 1))))
-    return t0
-
-
-def within_time(cs: list[int], base: int, per: int, t: int) -> list[int]:
-    """The candidates whose unit stays within t cycles per frame (at least the first),
-    thinned out geometrically (every one up to 16, then steps of about 1/8) plus the
-    largest: the cost of a fold changes slowly with R."""
-    ok = [c for c in cs if base + (c - 1) * per <= t] or cs[:1]
-    out, last = [], 0
-    for c in ok:
-        if c <= 16 or c >= last * 9 // 8:
-            out.append(c)
-            last = c
-    if out[-1] != ok[-1]:
-        out.append(ok[-1])
-    return out
-
-
-def plan_at(cands: dict[str, list[int]], busy: dict[str, tuple[int, int]], t: int,
-            score: Any = None) -> dict[str, int]:
-    """Each layer's reuse within t cycles per frame: the cheapest by `score(node, r)`
-    (ties: the smaller R, lower latency), or without a score the largest."""
-    out = {}
-    for name, cs in cands.items():
-        ok = within_time(cs, *busy[name], t)
-        out[name] = ok[-1] if score is None else min(ok, key=lambda r: (score(name, r), r))
-    return out
-
-
-def design_timing(compiled: CompiledGraph, plan: dict[str, int], pipeline: str | None = None
-                  ) -> tuple[Any, Any]:
-    """The streamed design for a plan and its schedule (hdl/streamed/top.py)."""
-    from ..streamed.top import schedule
-
-    d = stream_design(compiled, plan, pipeline)
-    return d, schedule(d)
-
-
-def stream_design(compiled: CompiledGraph, plan: dict[str, int], pipeline: str | None = None) -> Any:
-    """The streamed design (hdl/streamed/lower.py build_design) for a plan and register schedule
-    (None: the compiled graph's), not elaborated."""
-    from ..plan.circuit import resolve_plan
-    from ..streamed.lower import StreamModel
-
-    return StreamModel(compiled, resolve_plan(compiled, plan, pipeline)).design
-
-
-def _stream_layer(lut: int, ff: int, bram: int) -> Any:
-    from .layer_cost import LayerCost
-
-    # reuse 2: scaled like folded logic (control, muxes)
-    return LayerCost("<stream: windows, line buffers, FIFOs>", 2, 0, int(lut), 1, int(ff), 0,
-                     int(bram))
-
-
-def _external(mems: list[StreamMem], over: int, frame_cycles: int, clock_mhz: float
-              ) -> list[dict[str, Any]]:
-    """The block-RAM FIFOs that leave the chip, largest first, until `over` BRAMs are freed."""
-    out = []
-    for m in sorted((m for m in mems if m.kind == "fifo" and m.block),
-                    key=lambda m: (-m.bram, m.unit, m.port)):
-        if over <= 0:
-            break
-        over -= m.bram
-        rate = m.tokens_per_frame / max(1, frame_cycles)  # tokens per cycle, each way
-        bpc = 2 * m.width * rate
-        out.append({"fifo": f"{m.unit} input {m.port}", "node": m.node, "from": m.source,
-                    "tokens": m.depth, "token_bits": m.width, "bits": m.bits,
-                    "bytes": -(-m.bits // 8), "bram": m.bram,
-                    "bandwidth_bits_per_cycle": round(bpc, 3),
-                    "bandwidth_mbytes_s": round(bpc * clock_mhz / 8, 1),
-                    "clock_mhz": clock_mhz})
-    return out
-
-
-def stream_block(compiled: CompiledGraph, plan: dict[str, int], family_name: str,
-                 geom: tuple[int, int], bram_budget: int, weight_bram: int,
-                 clock_mhz: float, pipeline: str | None = None
-                 ) -> tuple[dict[str, Any], Any]:
-    """The streamed part of a fit block for `plan`: II per pixel, frame cycles and latency,
-    the memories, the BRAM they need on chip, and the FIFOs that would need external memory
-    when it is over the budget. Also the LayerCost of the glue (for the estimate)."""
-    d, tm = design_timing(compiled, plan, pipeline)
-    mems = stream_memories(d, tm, family_name, geom)
-    lut, ff = glue_cost(d, mems)
-    lb = sum(m.bram for m in mems if m.kind != "fifo")
-    fifo = sum(m.bram for m in mems if m.kind == "fifo")
-    need = weight_bram + lb + fifo
-    over = need - bram_budget
-    # the FIFOs leave the chip (largest first) until the rest fits; weights and line
-    # buffers stay (what they alone overflow is named as BRAM over the budget)
-    fifo_over = min(fifo, over, fifo - max(0, bram_budget - weight_bram - lb))
-    ext = _external(mems, fifo_over, tm.frame_cycles, clock_mhz) if fifo_over > 0 else []
-    moved = sum(e["bram"] for e in ext)
-    big = sorted((m for m in mems if m.kind == "fifo" and m.block), key=lambda m: -m.bits)
-    blk = {"ii_per_pixel": tm.ii, "frame_cycles": tm.frame_cycles,
-           "latency": tm.latency[0], "busiest": tm.busiest,
-           "bram": {"weights": weight_bram, "line_buffers": lb, "fifos": fifo, "total": need,
-                    "budget": bram_budget, "over": max(0, over),
-                    "on_chip": need - moved},
-           "line_buffer_bits": sum(m.bits for m in mems if m.kind != "fifo"),
-           "fifo_bits": sum(m.bits for m in mems if m.kind == "fifo"),
-           "largest_fifos": [{"fifo": f"{m.unit} input {m.port}", "node": m.node,
-                              "from": m.source, "tokens": m.depth, "token_bits": m.width,
-                              "bram": m.bram} for m in big[:5]],
-           "external": ext}
-    cap = lutram_cells(compiled.profile)
-    if cap:  # 16 x 4 LUT-RAM cells: shallow FIFOs, line and row buffers out of block RAM
-        blk["lutram"] = {"cells": sum(cells_of(m.width, m.depth) for m in mems if not m.block),
-                         "budget": cap}
-    return blk, _stream_layer(lut, ff, lb)
-
 
 # per-resource weights of a layer's score (LUT, FF, BRAM), tried in turn at each frame time:
 # block RAM is the scarce one in a streamed design (line buffers and FIFOs need it too)
@@ -312,7 +44,7 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
 
     g = compiled.graph
     nodes = {n.name: n for n in g.nodes}
-    busy = {lay["node"]: _busy_fn(g, nodes[lay["node"]], lay) for lay in fx.layers}
+    busy = {lay["node"]: busy_fn(g, nodes[lay["node"]], lay) for lay in fx.layers}
     cands = {n: c for n, c in search.cands.items()}
     t0 = base_cycles(g)
     geom = tuple(fx.layers[0]["bram_geom"]) if fx.layers else (36, 512)
@@ -340,7 +72,7 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
         d0 = stream_design(compiled, plan_at(cands, busy, tt), pipeline)
         m0 = stream_memories(d0, None, fx.family, geom)
         glues.append((*glue_cost(d0, m0), sum(m.bram for m in m0)))
-    glue0 = _stream_layer(*(min(x) for x in zip(*glues, strict=True)))
+    glue0 = stream_layer(*(min(x) for x in zip(*glues, strict=True)))
 
     def overuse(est: dict[str, int]) -> float:
         return max((est.get("route", est["lut"]) + fx.overhead) / (bud["lut"] * fx.lut_margin),
@@ -351,7 +83,7 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
         """The plan's estimate with what the search leaves out: its FIFOs (the schedule) and
         the Threshold searches at its own frame time (their ROMs counted with the
         weights)."""
-        thr = threshold_costs(thl, _frame_time(busy, trial), fx.family, geom, trial)
+        thr = threshold_costs(thl, frame_time(busy, trial), fx.family, geom, trial)
         costs = fx.costs(trial) + thr
         blk, glue = stream_block(compiled, trial, fx.family, geom, bud["bram"],
                                  sum(c.bram for c in costs), clock_mhz(fx.prof, None),
@@ -415,11 +147,6 @@ def fit_streamed(compiled: CompiledGraph, fx: Any, search: Any, pipeline: str | 
     return fp
 
 
-def _frame_time(busy: dict[str, tuple[int, int]], plan: dict[str, int]) -> int:
-    """The busiest layer's cycles per frame at the plan's reuse (the frame time)."""
-    return max([b + (int(plan.get(n, 1)) - 1) * p for n, (b, p) in busy.items()] + [1])
-
-
 def _over(est: dict[str, int], fx: Any) -> dict[str, dict[str, int]]:
     """Resources over the budget --reuse auto keeps to (LUT, FF: the family's margin;
     DSP; block RAM: the device)."""
@@ -476,8 +203,8 @@ def check_streamed(compiled: CompiledGraph, fx: Any, fp: Any, plan: dict[str, in
     geom = tuple(fx.layers[0]["bram_geom"]) if fx.layers else (36, 512)
     g = compiled.graph
     nodes = {n.name: n for n in g.nodes}
-    busy = {lay["node"]: _busy_fn(g, nodes[lay["node"]], lay) for lay in fx.layers}
-    thr = threshold_costs(threshold_layers(compiled), _frame_time(busy, plan), fx.family,
+    busy = {lay["node"]: busy_fn(g, nodes[lay["node"]], lay) for lay in fx.layers}
+    thr = threshold_costs(threshold_layers(compiled), frame_time(busy, plan), fx.family,
                           geom, plan)
     costs = fx.costs(plan) + thr
     wb = sum(c.bram for c in costs)

@@ -1,6 +1,6 @@
 """LUT RAM of a streamed design: how many of the device's 16 x 4 cells a memory takes, and
 which line and row buffers keep LUT RAM within the device's cells (the rest: block RAM).
-The lowering (lower.py) budgets, the fit (hdl/flow/stream_fit.py) counts with the same
+The lowering (lower.py) budgets, the fit (hdl/flow/stream_cost.py) counts with the same
 cell formula."""
 
 from __future__ import annotations
