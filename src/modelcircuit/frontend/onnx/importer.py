@@ -35,7 +35,6 @@ from onnx import helper
 from ...graphs import limits
 from ...graphs.ir import Graph, GraphError, Tensor, prune, toposort
 from ...util.userio import shown
-from .attention import DOMAIN as FUSED_DOMAIN
 from .attention import fuse
 from .channels import (
     CHANNELS_LAST_OPS,
@@ -59,6 +58,7 @@ from .checks import (
 )
 from .encoder import FUSED
 from .fold import fold
+from .fuse_graph import DOMAIN as FUSED_DOMAIN
 from .handlers import HANDLERS, binary, swapped_consumer, swapped_output
 from .io import (
     CHANNELS_LAST,
