@@ -1,4 +1,4 @@
-"""Native chains of the golden plan (golden_plan._chains, loops.c's mc_program): runs of
+"""Native chains of the golden plan (golden_chain.chain_steps, loops.c's mc_program): runs of
 Dense/Softmax steps in one C call give the steps' arrays bit for bit, and
 reference.execute's, on drawn MLPs whose layers change between float32, float64 and int64
 arithmetic; the chain really runs; a tensor that another node or the caller reads ends a
