@@ -308,30 +308,68 @@ def _recount(cols: Columns) -> dict[int, int]:
     return out
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_incremental_pattern_counts_equal_a_recount(seed: int) -> None:
-    """The numpy batch per extraction (terms out against the columns as they were, terms in
-    against them now) keeps every tracked pattern's count equal to a recount from scratch;
-    the pick is the most frequent pattern, ties the smallest key."""
+# Columns' paths: the default; a sort (not a bincount) to find the patterns seen twice,
+# np.unique for the first count; a bincount always, no free place at the first count (every
+# column grows)
+PATHS = {"default": {}, "sort": {"DENSE": -(1 << 40)},
+         "tight": {"DENSE": 1 << 40, "MARGIN": 0}}
+
+
+def _check_slots(cols: Columns) -> None:
+    """The pair slots' invariant: every pair of terms of a column has the slot of its
+    pattern when that is counted (and living), else one that counts nothing; a free place
+    pairs with nothing and reads as empty."""
+    tracked = cols.tracked()
+    for j, col in enumerate(cols.cols):
+        place = cols.place[j]
+        assert set(place) == set(col)
+        free = set(cols.free[j])
+        assert not free & set(place.values())
+        for q in free:
+            assert not cols.ps[j, q].any() and not cols.ps[j, :, q].any()
+            assert (cols.a01[:, j, q] < 0).all()
+        for t1, q1 in place.items():
+            for t2, q2 in place.items():
+                if t1 < t2:
+                    k = ((t1 >> 8) << 42) | ((t2 >> 8) << 20) \
+                        | (((t2 & 255) - (t1 & 255) + 512) << 1) | (col[t1] == col[t2])
+                    s = int(cols.ps[j, q1, q2])
+                    assert s == cols.ps[j, q2, q1]
+                    assert (s and int(cols.ks[s]) == k) if k in tracked else s == 0, (k, s)
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("seed", range(6))
+def test_incremental_pattern_counts_equal_a_recount(seed: int, path: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counts kept per extraction (the slots of the pairs taken out subtracted, the
+    new node's pairs counted) keep every tracked pattern's count equal to a recount from
+    scratch, every pattern seen twice tracked, and every pair's slot its pattern's; the
+    pick is the most frequent pattern, ties the smallest key. To the end, on every path."""
+    for name, value in PATHS[path].items():
+        monkeypatch.setattr(Columns, name, value)
     rng = np.random.default_rng(seed)
-    w = rng.integers(-40, 41, size=(10, 8))
-    g_ref = cmvm.optimize(w, [-8] * 10, [7] * 10)
+    n_in, top = (10, 41) if seed % 2 else (12, 256)
+    w = rng.integers(-top + 1, top, size=(n_in, 8))
     cols = Columns(8)
     for j in range(8):
-        for i in range(10):
+        for i in range(n_in):
             for d, k in cmvm.csd(int(w[i, j])):
                 cols.insert(j, (i << 8) | k, d)
     cols.build_counts()
-    nxt = 10
-    for _ in range(12):
+    nxt, steps = n_in, 0
+    while True:
         full = _recount(cols)
-        tracked = dict(zip(cols.keys.tolist() + cols.tkeys.tolist(),
-                           cols.counts.tolist() + cols.tcounts.tolist(), strict=True))
+        tracked = cols.tracked()
         assert all(full.get(k, 0) == c for k, c in tracked.items())
-        best = max(full.values())
-        if best < 2:
-            break
+        # every pattern seen twice or more now is counted (none lost)
+        assert all(k in tracked for k, c in full.items() if c > 1)
+        _check_slots(cols)
+        best = max(full.values(), default=0)
         k = cols.best(lambda _k: True)
+        if best < 2:
+            assert k is None
+            break
         assert k == min(x for x, c in full.items() if c == best)
         # extract it by hand as optimize does: a fresh node per extraction
         a, b, ds, sg = unkey(k)
@@ -341,9 +379,54 @@ def test_incremental_pattern_counts_equal_a_recount(seed: int) -> None:
                 t1, t2 = (a << 8) | s, (b << 8) | (s + ds)
                 if 0 <= s + ds < 256 and t1 in col and t2 in col and col[t1] * col[t2] == sg:
                     d = col[t1]
-                    cols.remove(j, t1)
-                    cols.remove(j, t2)
-                    cols.insert(j, (nxt << 8) | min(s, s + ds), d)
-        cols.update(fresh=True)
+                    if steps % 2:  # both ways of taking terms out and putting one in
+                        cols.replace(j, t1, t2, (nxt << 8) | min(s, s + ds), d)
+                    else:
+                        cols.remove(j, t1)
+                        cols.remove(j, t2)
+                        cols.insert(j, (nxt << 8) | min(s, s + ds), d)
+        cols.update()
         nxt += 1
-    assert g_ref.stats["patterns"] > 0
+        steps += 1
+    assert steps > 5
+
+
+@pytest.mark.parametrize("path", ["sort", "tight"])
+def test_every_path_makes_the_same_graph(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counts' paths (sort or bincount, growth of the places) are speed, not choice:
+    the graph is the default path's, node for node."""
+    rng = np.random.default_rng(11)
+    problems = [(rng.integers(-(1 << 11), 1 << 11, size=(12, 10)), -128, 127),
+                (rng.integers(-100, 100, size=(6, 24)), 0, 255)]
+    want = [cmvm.optimize(w, [lo] * len(w), [hi] * len(w)) for w, lo, hi in problems]
+    for name, value in PATHS[path].items():
+        monkeypatch.setattr(Columns, name, value)
+    for (w, lo, hi), g in zip(problems, want, strict=True):
+        got = cmvm.optimize(w, [lo] * len(w), [hi] * len(w))
+        assert got.nodes == g.nodes and got.outputs == g.outputs
+
+
+def test_terms_put_in_must_be_of_a_new_node() -> None:
+    """An update whose terms put in are of an old node is refused (its patterns may have
+    been counted before: the counts would be wrong)."""
+    cols = Columns(2)
+    for j in range(2):
+        cols.insert(j, 0 << 8, 1)
+        cols.insert(j, 1 << 8, 1)
+    cols.build_counts()
+    cols.replace(0, 0 << 8, 1 << 8, (1 << 8) | 3, 1)
+    with pytest.raises(ValueError, match="new node"):
+        cols.update()
+
+
+def test_csd_columns_match_csd() -> None:
+    """The weights' digits in numpy are `csd`'s, and an input fixed at 0 has none."""
+    rng = np.random.default_rng(4)
+    w = rng.integers(-(1 << 40), 1 << 40, size=(7, 5))
+    w[0, 0], w[1, 1], w[2, 2] = 0, -1, 1 << 39
+    lo, hi = [-3, 0, 0, -1, 0, -5, 0], [3, 7, 0, 1, 9, 5, 1]
+    cols = cmvm._csd_columns(w, lo, hi)
+    for j in range(5):
+        want = {(i << 8) | k: d for i in range(7) if not lo[i] == hi[i] == 0
+                for d, k in cmvm.csd(int(w[i, j]))}
+        assert cols[j] == want

@@ -58,6 +58,36 @@ def csd(c: int) -> list[tuple[int, int]]:
     return out
 
 
+def _csd_columns(w: np.ndarray, lo: list[int], hi: list[int]) -> list[dict[int, int]]:
+    """Per column of w (|w| < 2**60) its terms {input << SH | shift: sign} of the weights'
+    csd digits, as `csd` gives them (the non-adjacent form: x + x >> 1 xor x >> 1 marks
+    every digit, its sign by which of the two has the bit), no term of an input that is
+    always 0. In numpy: a 16-bit jet tagger's 2,048 weights one by one took 10 ms."""
+    n_in, n_out = w.shape
+    zero = np.array([a == b == 0 for a, b in zip(lo, hi, strict=True)], dtype=bool)
+    x = np.where(zero[:, None], 0, w).astype(np.int64)
+    a = np.abs(x)
+    half = a >> 1
+    carry = half ^ (a + half)
+    plus, minus = (a + half) & carry, half & carry
+    sign = np.where(x < 0, -1, 1)
+    out: list[dict[int, int]] = [{} for _ in range(n_out)]
+    parts = []
+    for k in range(int((plus | minus).max()).bit_length() if x.size else 0):
+        for bits, d in ((plus, 1), (minus, -1)):
+            i, j = np.nonzero((bits >> k) & 1)
+            parts.append((j, i, np.full(len(i), k), d * sign[i, j]))
+    if parts:
+        j, i, k, d = (np.concatenate(p) for p in zip(*parts, strict=True))
+        order = np.lexsort((k, i, j))
+        j, t, d = j[order], (i[order] << SH) | k[order], d[order]
+        cuts = np.searchsorted(j, np.arange(n_out + 1))
+        for c in range(n_out):
+            out[c] = dict(zip(t[cuts[c]:cuts[c + 1]].tolist(), d[cuts[c]:cuts[c + 1]].tolist(),
+                              strict=True))
+    return out
+
+
 def signed_width(lo: int, hi: int) -> int:
     """Bits of the smallest two's complement type holding [lo, hi]."""
     return max(1, max(hi.bit_length(), (-lo - 1).bit_length() if lo < 0 else 0) + 1)
@@ -180,13 +210,25 @@ class _Builder:
         # the inputs are independent, so its range (and width) is tight
         self.lin: list[tuple[dict[int, int], int]] = [({i: 1}, 0) for i in range(len(lo))]
         self.memo: dict[tuple, int] = {}
+        one = set(zip(self.lo, self.hi, strict=True))
+        self.one = one.pop() if len(one) == 1 else None  # the inputs' range, if one
 
     def _range(self, lin: dict[int, int], c: int) -> tuple[int, int]:
+        if self.one is not None:  # every input in [a, b]: a sum of positives and one of
+            a, b = self.one  # negatives, in C (sum, map)
+            k = lin.values()
+            total, size = sum(k), sum(map(abs, k))
+            pos, neg = (size + total) >> 1, (total - size) >> 1
+            return c + a * pos + b * neg, c + b * pos + a * neg
         lo = hi = c
+        ilo, ihi = self.lo, self.hi
         for i, k in lin.items():
-            a, b = k * self.lo[i], k * self.hi[i]
-            lo += min(a, b)
-            hi += max(a, b)
+            if k > 0:
+                lo += k * ilo[i]
+                hi += k * ihi[i]
+            else:
+                lo += k * ihi[i]
+                hi += k * ilo[i]
         return lo, hi
 
     def const(self, c: int) -> int:
@@ -199,17 +241,19 @@ class _Builder:
 
     def add(self, a: int, sa: int, b: int, sb: int, sign: int) -> int:
         key = ("a", a, sa, b, sb, sign)
-        if key in self.memo:
-            return self.memo[key]
+        done = self.memo.get(key)
+        if done is not None:
+            return done
         na, nb = self.nodes[a], self.nodes[b]
         (la, ca), (lb, cb) = self.lin[a], self.lin[b]
-        lin = {i: k << sa for i, k in la.items()}
+        lin = {i: k << sa for i, k in la.items()} if sa else dict(la)
+        get = lin.get
         for i, k in lb.items():
-            v = lin.get(i, 0) + sign * (k << sb)
+            v = get(i, 0) + sign * (k << sb)
             if v:
                 lin[i] = v
             else:
-                lin.pop(i, None)
+                del lin[i]
         c = (ca << sa) + sign * (cb << sb)
         lo, hi = self._range(lin, c)
         node = Node("add", a=a, b=b, sa=sa, sb=sb, sign=sign, lo=lo, hi=hi,
@@ -253,15 +297,19 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
     n_in, n_out = w.shape
     bld = _Builder([int(v) for v in lo], [int(v) for v in hi])
     cols = Columns(n_out)
-    for j in range(n_out):
-        for i in range(n_in):
-            c = int(w[i, j])
-            if c and hi[i] == lo[i] == 0:
-                continue
-            for d, k in csd(c):
-                if k > 255:
-                    raise ValueError(f"weight {c} has digits beyond 2**255")
-                cols.insert(j, (i << SH) | k, d)
+    if w.dtype != object and (not w.size or int(np.abs(w).max()) < 1 << 60):
+        for j, terms in enumerate(_csd_columns(w, bld.lo, bld.hi)):
+            cols.fill(j, terms)
+    else:
+        for j in range(n_out):
+            for i in range(n_in):
+                c = int(w[i, j])
+                if c and hi[i] == lo[i] == 0:
+                    continue
+                for d, k in csd(c):
+                    if k > 255:
+                        raise ValueError(f"weight {c} has digits beyond 2**255")
+                    cols.insert(j, (i << SH) | k, d)
     digits = sum(len(c) for c in cols.cols)
     longest = max([len(c) for c in cols.cols] + [1])
     if max_depth is None:
@@ -280,26 +328,24 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
             if k is None:
                 break
             a, b, ds, sg = unkey(k)
-            n_nodes = len(bld.nodes)
-            hit = False
+            node = -1  # every occurrence makes the same node: made at the first
             for j in sorted(cols.where[a] & cols.where[b]):
                 col = cols.cols[j]
                 for s in sorted(cols.idx[j].get(a, ())):
-                    if not 0 <= s + ds < 256:
+                    s2 = s + ds
+                    if not 0 <= s2 < 256:
                         continue
-                    t1, t2 = (a << SH) | s, (b << SH) | (s + ds)
-                    if t1 not in col or t2 not in col or t1 == t2 or col[t1] * col[t2] != sg:
+                    t1, t2 = (a << SH) | s, (b << SH) | s2
+                    d1, d2 = col.get(t1), col.get(t2)
+                    if d1 is None or d2 is None or t1 == t2 or d1 * d2 != sg:
                         continue
-                    d1, d2 = col[t1], col[t2]
-                    hit = True
-                    node, m, d = bld.pair((a, s, d1), (b, s + ds, d2))
-                    cols.remove(j, t1)
-                    cols.remove(j, t2)
-                    cols.insert(j, (node << SH) | m, d)
+                    if node < 0:
+                        node = bld.pair((a, s, d1), (b, s2, d2))[0]
+                    cols.replace(j, t1, t2, (node << SH) | min(s, s2), d1)
             extracted += 1
-            if not hit:  # only overlapping occurrences were counted: drop the pattern
+            if node < 0:  # only overlapping occurrences were counted: drop the pattern
                 cols.drop(k)
-            cols.update(fresh=len(bld.nodes) > n_nodes)
+            cols.update()
     outputs: list[tuple[int, int] | None] = []
     for j, col in enumerate(cols.cols):
         terms = [(t >> SH, t & 255, d) for t, d in sorted(col.items())]
@@ -324,8 +370,14 @@ def _sum(bld: _Builder, terms: list[tuple[int, int, int]]) -> tuple[int, int] | 
         return None
     nodes = bld.nodes
 
+    widths: dict[int, int] = {}
+
     def key(n: int, s: int, d: int) -> tuple[int, int, int, int, int]:
-        return nodes[n].depth, nodes[n].width + s, n, s, d
+        node = nodes[n]
+        w = widths.get(n)
+        if w is None:
+            w = widths[n] = node.width
+        return node.depth, w + s, n, s, d
 
     heap = [key(*t) for t in terms]
     heapq.heapify(heap)

@@ -1,14 +1,14 @@
 """The pattern counts of the CMVM optimiser (hdl/plan/cmvm.py): every column's terms and
-how often each two-term pattern occurs across the columns, kept up to date in numpy batches
-as the optimiser extracts patterns. Its own module because it is the optimiser's hot path
-(most of an R = 1 `--strategy da` export's time: bench/cmvm.py) and a data structure with
-its own invariants (see `Columns`), checked against a recount in tests/hdl/plan/test_cmvm.py;
-cmvm.py keeps the graph, the builder and the algorithm that drives this."""
+how often each two-term pattern occurs across the columns, kept up to date as the optimiser
+extracts patterns. Its own module because it is the optimiser's hot path (most of an R = 1
+`--strategy da` export's time: bench/cmvm.py) and a data structure with its own invariants
+(see `Columns`), checked against a recount in tests/hdl/plan/test_cmvm.py; cmvm.py keeps the
+graph, the builder and the algorithm that drives this."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
-from itertools import chain, islice
 
 import numpy as np
 
@@ -18,185 +18,85 @@ import numpy as np
 Key = int
 SH = 8
 DROPPED = -(1 << 40)
+SINK = 0  # the slot of every pair whose pattern is not counted (and of empty places)
+_M20, _M22 = (1 << 20) - 1, (1 << 22) - 1
+_OUT = -(1 << 62) - 1 - (np.arange(4096, dtype=np.int64) << 10)  # see Columns._made
 
 
 def unkey(k: Key) -> tuple[int, int, int, int]:
     """(node a, node b, shift of b - shift of a, sign a * sign b)."""
-    return k >> 42, (k >> 20) & ((1 << 22) - 1), ((k >> 1) & 1023) - 512, 1 if k & 1 else -1
+    return k >> 42, (k >> 20) & _M22, ((k >> 1) & 1023) - 512, 1 if k & 1 else -1
 
 
-def _pair_keys(t1: np.ndarray, d1: np.ndarray, t2: np.ndarray, d2: np.ndarray) -> np.ndarray:
-    """The pattern keys of the term pairs (t1[i], t2[i]), t1 < t2 elementwise (int64)."""
-    return ((t1 >> SH) << 42) | ((t2 >> SH) << 20) | (((t2 & 255) - (t1 & 255) + 512) << 1) \
+def _pair_key(t1: int, d1: int, t2: int, d2: int) -> int:
+    if t1 > t2:
+        t1, d1, t2, d2 = t2, d2, t1, d1
+    return (t1 >> SH) << 42 | (t2 >> SH) << 20 | ((t2 & 255) - (t1 & 255) + 512) << 1 \
         | (d1 == d2)
 
 
-def _cross(a: np.ndarray, ad: np.ndarray, ac: np.ndarray, b: np.ndarray, bd: np.ndarray,
-           bc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(keys, sizes): the keys of the pairs (a[i], b[k]) of the same column (ac[i] ==
-    bc[k]), both sorted by column; the keys of a[i]'s pairs come together, in the order of
-    a, sizes[i] of them."""
-    lo, hi = np.searchsorted(bc, ac, "left"), np.searchsorted(bc, ac, "right")
-    size = hi - lo
-    pi = np.repeat(np.arange(len(a)), size)
-    qi = np.arange(len(pi)) - np.repeat(np.cumsum(size) - size, size) + np.repeat(lo, size)
-    tp, tq, dp, dq = a[pi], b[qi], ad[pi], bd[qi]
-    first = tp < tq
-    keys = _pair_keys(np.where(first, tp, tq), np.where(first, dp, dq),
-                      np.where(first, tq, tp), np.where(first, dq, dp))
-    return keys, size
-
-
-def _within(t: np.ndarray, d: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """The keys of the pairs of terms of one column (c: sorted column numbers; each pair
-    once). Only the pairs i < k of the terms sorted within their column: half the pairs
-    `_cross` of the columns with themselves would make, and no order to compare (the
-    terms of a column are distinct)."""
-    order = np.lexsort((t, c))
-    t, d, c = t[order], d[order], c[order]
-    n = len(t)
-    after = np.searchsorted(c, c, "right") - np.arange(n) - 1  # partners after each term
-    pi = np.repeat(np.arange(n), after)
-    qi = pi + 1 + np.arange(len(pi)) - np.repeat(np.cumsum(after) - after, after)
-    return _pair_keys(t[pi], d[pi], t[qi], d[qi])
-
-
-def _terms(cols: list[dict[int, int]], js: list[int],
-           skip: dict[int, dict[int, int]] | None = None
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The terms of columns js (sorted) one after the other: (terms, signs, column).
-    `skip`: leave out the last len(skip[j]) terms of column j (the ones an extraction put
-    in: a dict keeps insertion order, and `Columns.insert` adds each at the end)."""
-    skip = skip or {}
-    n = [len(cols[j]) - len(skip.get(j, ())) for j in js]
-    jn = list(zip(js, n, strict=True))
-    t = np.fromiter(chain.from_iterable(islice(cols[j].keys(), k) for j, k in jn),
-                    np.int64, sum(n))
-    d = np.fromiter(chain.from_iterable(islice(cols[j].values(), k) for j, k in jn),
-                    np.int64, sum(n))
-    return t, d, np.repeat(np.asarray(js, dtype=np.int64), n)
-
-
-def _flat(log: dict[int, dict[int, int]]
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
-    """A change log {column: {term: sign}} (a few terms per column) as `_terms` does it, and
-    the keys of the pairs within each column's terms (Python: a handful)."""
-    t: list[int] = []
-    d: list[int] = []
-    c: list[int] = []
-    within: list[int] = []
-    for j in sorted(log):
-        items = sorted(log[j].items())
-        for i, (t1, d1) in enumerate(items):
-            t.append(t1)
-            d.append(d1)
-            c.append(j)
-            n1, s1 = t1 >> SH, t1 & 255
-            for t2, d2 in items[i + 1:]:
-                within.append((n1 << 42) | ((t2 >> SH) << 20)
-                              | (((t2 & 255) - s1 + 512) << 1) | (d1 == d2))
-    return (np.array(t, dtype=np.int64), np.array(d, dtype=np.int64),
-            np.array(c, dtype=np.int64), within)
+# The key of terms t1 < t2 is the sum of a part of each: first = (n1 << 42) - (s1 << 1) +
+# 1024 + (d1 == d2), second = (n2 << 20) + (s2 << 1) (Columns.a01 keeps every place's first
+# part, for a positive and for a negative second term).
 
 
 class Columns:
     """The columns' terms {term: sign} (per column node -> shifts; per node the columns
     holding it), and the count of every pattern that occurred at least twice when it was
-    first counted, over all pairs of terms within a column: sorted int64 `keys` and their
-    `counts` (numpy; new patterns first in a small sorted `tail`, merged into `keys` now and
-    then), the most frequent pattern by argmax (ties: the smallest key, deterministic; a
-    dropped pattern's count is -2**40).
+    first counted, over all pairs of terms within a column; the most frequent pattern is
+    picked (ties: the smallest key, deterministic; a dropped pattern's count is -2**40).
 
     Why only those: after the initial count, a pattern only gains pairs when an extraction
     puts in the terms of its new node, and every pattern of that node is counted then, in
     one batch, once; a pattern seen once at birth can only lose pairs (the node's terms come
-    in once; the others' only leave). The counts change in one numpy batch per extraction,
-    from its log of the terms it took out (`out`: as they were) and put in (`into`): the
-    pairs lost are those of `out` with the columns as they were (the terms now, less
-    `into`, plus `out`), the pairs made those of `into` with the columns now. Before, each
-    removed or inserted term walked its column in Python to move each pair between count
-    buckets: ~70 % of the export time of a 16-bit jet tagger (bench/cmvm.py)."""
+    in once; the others' only leave). So every count only falls after its birth, and a
+    pattern under 2 is dead for good.
 
-    TAIL = 4096  # new patterns kept apart until there are this many
+    Why pair slots: every pattern counted has a slot (slot 0, SINK, takes the rest), and
+    every pair of terms of a column keeps the slot of its pattern: each term of column j
+    has a place q there, `ps[j, q, r]` is the slot of the pair of the terms at places q and
+    r (SINK: not counted, or no term). Taking terms out is then their rows of `ps`
+    subtracted from the counts, no pattern key computed or searched; only the terms an
+    extraction puts in (all of its new node, after every other term) have keys computed,
+    as `a01[sign][j, r] + second(term)`: the first part of the key of the term at r,
+    stored per place (an empty place holds a distinct negative number, which never pairs).
+    Before, every extraction computed, sorted and searched (searchsorted in ~150,000 keys)
+    the keys of all the pairs it took out and put in, ~2,000 on average over the ~900
+    extractions of a 16-bit jet tagger's 64 x 32 layer: half the optimiser's time there is
+    gone (bench/cmvm.py). The price is memory: `ps` is columns x places squared int32
+    (that layer: 32 x 238**2, 7 MB; the first count of all pairs it replaces took as much).
+
+    A slot is a place in `kc` (the counts) and `ks` (the keys): the first count's
+    patterns at 1.. in key order, those born after them in order of birth (slot 0, SINK,
+    takes what is subtracted from no pattern; its count stays negative). The pick needs no
+    scan while the places at the top count (`tie_pos`, in key order) last: see `best`.
+    """
+
+    DENSE = 4096  # a bincount of up to twice the keys + this many bins (else a sort)
+    MARGIN = 8  # free places per column at the first count (more: `_grow`)
 
     def __init__(self, n_out: int):
         self.cols: list[dict[int, int]] = [{} for _ in range(n_out)]
         self.idx: list[dict[int, set[int]]] = [{} for _ in range(n_out)]
         self.where: dict[int, set[int]] = {}
-        self.keys = np.zeros(0, dtype=np.int64)
-        self.counts = np.zeros(0, dtype=np.int64)
-        self.tkeys = np.zeros(0, dtype=np.int64)
-        self.tcounts = np.zeros(0, dtype=np.int64)
-        self.out: dict[int, dict[int, int]] = {}
-        self.into: dict[int, dict[int, int]] = {}
+        self.built = False
+        self.top = -1  # the newest node
+        self.maxsh = 0  # the largest shift
+        self.place: list[dict[int, int]] = [{} for _ in range(n_out)]  # term -> place
+        self.free: list[list[int]] = [[] for _ in range(n_out)]
+        self.out: list[tuple[int, int]] = []  # (column, place) of the terms taken out
+        self.into: dict[int, dict[int, int]] = {}  # column -> {term: sign} put in
+        self.freed: list[tuple[int, int]] = []  # places free after the next update
+        self.gone: dict[int, list[int]] = {}  # column -> places of the terms taken out
+        self.twice_i: list[int] = []  # (out index, place): a pair of two terms out of
+        self.twice_q: list[int] = []  # one column, counted in the row of the first
+        self.width = 0
+        self.ps = np.zeros((n_out, 0, 0), dtype=np.int32)
+        self.a01 = np.zeros((2, n_out, 0), dtype=np.int64)
+        self.last: tuple[int, int] = (-1, SINK)  # (key, slot) of the latest pick
+        self._first_slots(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
-    def build_counts(self) -> None:
-        t, d, c = _terms(self.cols, list(range(len(self.cols))))
-        u, n = np.unique(_within(t, d, c), return_counts=True)
-        many = n > 1
-        self.keys, self.counts = u[many], n[many].astype(np.int64)
-        self.out, self.into = {}, {}
-
-    def _add(self, k: np.ndarray, by: np.ndarray | int, new: np.ndarray | None = None
-             ) -> None:
-        """counts[k] += by for the known keys k; unknown ones: added with count `by` where
-        `new` says so (k sorted and unique then)."""
-        for keys, counts in ((self.keys, self.counts), (self.tkeys, self.tcounts)):
-            pos = np.searchsorted(keys, k)
-            found = pos < len(keys)
-            found[found] = keys[pos[found]] == k[found]
-            np.add.at(counts, pos[found], by if np.isscalar(by) else by[found])
-            if new is not None:
-                new = new & ~found
-        if new is not None and new.any():
-            pos = np.searchsorted(self.tkeys, k[new])
-            self.tkeys = np.insert(self.tkeys, pos, k[new])
-            self.tcounts = np.insert(self.tcounts, pos, by[new])
-            if len(self.tkeys) > self.TAIL:
-                pos = np.searchsorted(self.keys, self.tkeys)
-                self.keys = np.insert(self.keys, pos, self.tkeys)
-                self.counts = np.insert(self.counts, pos, self.tcounts)
-                self.tkeys, self.tcounts = self.tkeys[:0], self.tcounts[:0]
-
-    def update(self, fresh: bool) -> None:
-        """Count the change the log holds (and clear it); fresh: the extraction made a new
-        node (else its patterns were counted before)."""
-        js = sorted(set(self.out) | set(self.into))
-        if not js:
-            return
-        ot, od, oc, o_within = _flat(self.out)
-        it, id_, ic, i_within = _flat(self.into)
-        # the terms now that the extraction did not put in: same in both states
-        nt, nd, nc = _terms(self.cols, js, self.into)
-        # the pairs of the terms taken out (lost) and put in (made) with those, in one batch
-        a = np.concatenate([ot, it])
-        ac = np.concatenate([oc, ic])
-        order = np.argsort(ac, kind="stable")
-        cross, size = _cross(a[order], np.concatenate([od, id_])[order], ac[order], nt, nd, nc)
-        made_pair = np.repeat(order >= len(ot), size)
-        self.out, self.into = {}, {}
-        made = np.concatenate([cross[made_pair], np.array(i_within, dtype=np.int64)])
-        u, c = np.unique(made, return_counts=True)
-        gone = np.concatenate([cross[~made_pair], np.array(o_within, dtype=np.int64)])
-        # one count update: -1 a lost pair; new patterns kept when seen twice (a fresh
-        # node's patterns are all here); both sorted, so the new ones stay sorted
-        self._add(np.concatenate([gone, u]),
-                  np.concatenate([np.full(len(gone), -1, dtype=np.int64), c]),
-                  np.concatenate([np.zeros(len(gone), dtype=bool), (c > 1) | (not fresh)]))
-
-    def remove(self, j: int, t: int) -> None:
-        d = self.cols[j].pop(t)
-        into = self.into.get(j)
-        if into and t in into:  # put in by this extraction: no change
-            del into[t]
-        else:
-            self.out.setdefault(j, {})[t] = d
-        n = t >> SH
-        sh = self.idx[j][n]
-        sh.discard(t & 255)
-        if not sh:
-            del self.idx[j][n]
-            self.where[n].discard(j)
+    # -- the terms ----------------------------------------------------------------------
 
     def insert(self, j: int, t: int, d: int) -> None:
         col = self.cols[j]
@@ -207,33 +107,427 @@ class Columns:
                 return
             t += 1
         col[t] = d
-        self.into.setdefault(j, {})[t] = d
         n = t >> SH
+        if t & 255 > self.maxsh:
+            self.maxsh = t & 255
         self.idx[j].setdefault(n, set()).add(t & 255)
         self.where.setdefault(n, set()).add(j)
+        if not self.built:
+            self.top = max(self.top, n)
+            return
+        self.into.setdefault(j, {})[t] = d
+        free = self.free[j]
+        if not free:
+            self._grow()
+        self.place[j][t] = free.pop()  # its a01 is still that of an empty place
+
+    def fill(self, j: int, terms: dict[int, int]) -> None:
+        """Column j's first terms {term: sign} (before the first count; distinct)."""
+        self.cols[j] = terms
+        idx = self.idx[j]
+        where = self.where
+        for t in terms:
+            n, s = t >> SH, t & 255
+            sh = idx.get(n)
+            if sh is None:
+                idx[n] = {s}
+                where.setdefault(n, set()).add(j)
+            else:
+                sh.add(s)
+            if n > self.top:
+                self.top = n
+            if s > self.maxsh:
+                self.maxsh = s
+
+    def remove(self, j: int, t: int) -> None:
+        self.cols[j].pop(t)
+        n = t >> SH
+        sh = self.idx[j][n]
+        sh.discard(t & 255)
+        if not sh:
+            del self.idx[j][n]
+            self.where[n].discard(j)
+        if not self.built:
+            return
+        q = self.place[j].pop(t)
+        into = self.into.get(j)
+        if into and t in into:  # put in by this extraction: its pairs were never counted
+            del into[t]
+        else:
+            gone = self.gone.setdefault(j, [])
+            self.twice_i.extend([len(self.out)] * len(gone))
+            self.twice_q.extend(gone)
+            gone.append(q)
+            self.out.append((j, q))
+        self.freed.append((j, q))
+
+    def replace(self, j: int, t1: int, t2: int, t: int, d: int) -> None:
+        """remove(j, t1), remove(j, t2), insert(j, t, d) after the first count, where t1
+        and t2 are not of the node of t (an extraction: one call per occurrence)."""
+        col, idx, place = self.cols[j], self.idx[j], self.place[j]
+        gone = self.gone.get(j)
+        if gone is None:
+            gone = self.gone[j] = []
+        for t0 in (t1, t2):
+            del col[t0]
+            n = t0 >> SH
+            sh = idx[n]
+            sh.discard(t0 & 255)
+            if not sh:
+                del idx[n]
+                self.where[n].discard(j)
+            q = place.pop(t0)
+            i = len(self.out)
+            for q0 in gone:  # the pair of two terms out of one column: counted once
+                self.twice_i.append(i)
+                self.twice_q.append(q0)
+            gone.append(q)
+            self.out.append((j, q))
+            self.freed.append((j, q))
+        if t in col:
+            self.insert(j, t, d)
+            return
+        col[t] = d
+        n = t >> SH
+        if t & 255 > self.maxsh:
+            self.maxsh = t & 255
+        sh = idx.get(n)
+        if sh is None:
+            idx[n] = {t & 255}
+            self.where.setdefault(n, set()).add(j)
+        else:
+            sh.add(t & 255)
+        into = self.into.get(j)
+        if into is None:
+            self.into[j] = {t: d}
+        else:
+            into[t] = d
+        free = self.free[j]
+        if not free:
+            self._grow()
+        place[t] = free.pop()
+
+    def _empty(self, j: np.ndarray | int, q: np.ndarray | int) -> np.ndarray | int:
+        """The a01 of an empty place: negative, and apart from every other's by more
+        than any two terms' second parts (< 2**9 apart: one node), so it never pairs."""
+        return -(1 << 62) + ((q * len(self.cols) + j) << 10)
+
+    def _grow(self) -> None:
+        """More places per column (an extraction puts terms in before the places of the
+        ones it took out are free)."""
+        n_cols, w = len(self.cols), self.width
+        w2 = w + max(8, w // 4)
+        ps = np.zeros((n_cols, w2, w2), dtype=np.int32)
+        ps[:, :w, :w] = self.ps
+        a01 = np.empty((2, n_cols, w2), dtype=np.int64)
+        a01[:] = self._empty(np.arange(n_cols)[:, None], np.arange(w2)[None, :])
+        a01[:, :, :w] = self.a01
+        self.ps, self.a01, self.width = ps, a01, w2
+        for f in self.free:
+            f[:0] = range(w2 - 1, w - 1, -1)
+
+    # -- the counts ---------------------------------------------------------------------
+
+    def build_counts(self) -> None:
+        """The first count, over the terms inserted so far (then every change is logged).
+        Each column's terms take its first places in term order."""
+        n_cols = len(self.cols)
+        lengths = [len(c) for c in self.cols]
+        longest = max(lengths + [1])
+        self.width = w = longest + max(self.MARGIN, longest // 8)
+        tt = np.zeros((n_cols, w), dtype=np.int64)
+        neg = np.zeros((n_cols, w), dtype=bool)
+        for j, col in enumerate(self.cols):
+            terms = sorted(col)
+            tt[j, :len(terms)] = terms
+            neg[j, :len(terms)] = [col[t] < 0 for t in terms]
+            self.place[j] = {t: q for q, t in enumerate(terms)}
+            self.free[j] = list(range(w - 1, len(terms) - 1, -1))
+        used = np.arange(w)[None, :] < np.array(lengths)[:, None]
+        self.a01 = np.empty((2, n_cols, w), dtype=np.int64)
+        self.a01[:] = self._empty(np.arange(n_cols)[:, None], np.arange(w)[None, :])
+        first = ((tt >> SH) << 42) - ((tt & 255) << 1) + 1024
+        self.a01[0] = np.where(used, first + ~neg, self.a01[0])  # with a positive term
+        self.a01[1] = np.where(used, first + neg, self.a01[1])  # with a negative one
+        self.ps = np.zeros((n_cols, w, w), dtype=np.int32)
+        self.built = True
+        self.out, self.into, self.freed = [], {}, []
+        self.gone, self.twice_i, self.twice_q = {}, [], []
+        self._count_all(tt, neg, lengths)
+
+    def _count_all(self, tt: np.ndarray, neg: np.ndarray, lengths: list[int]) -> None:
+        """Count every pair of terms (each column's sorted, in its first places): the
+        patterns seen twice get slots, in key order. Where the nodes and shifts are few
+        (a 16-bit jet tagger's first count: 64 inputs, shifts within +-25), a bincount
+        over (node, node, shift difference, signs) instead of np.unique's sort."""
+        node, sh = tt >> SH, tt & 255
+        n_nodes = int(node.max()) + 1 if tt.size else 1
+        span = 2 * 2 * int(sh.max() if tt.size else 0) + 2  # (s2 - s1 + 512) << 1 | same
+        low = 2 * (512 - (span // 4)) if span > 2 else 1024
+        n_pairs = sum(n * (n - 1) // 2 for n in lengths)
+        dense = n_nodes * n_nodes * span <= 4 * n_pairs + 16 * self.DENSE
+        if dense:  # code = (n1 * n_nodes + n2) * span + the key's low bits - low
+            c1 = node * (n_nodes * span) - 2 * sh + 1024 - low
+            c2 = node * span + 2 * sh
+            if n_nodes * n_nodes * span < 1 << 31:  # half the bytes to move
+                c1, c2 = c1.astype(np.int32), c2.astype(np.int32)
+        else:  # code = the key
+            c1 = (node << 42) - 2 * sh + 1024
+            c2 = (node << 20) + 2 * sh
+        # per column (a block that stays in cache): the code of the pair (q, r), q < r
+        blocks = []
+        for j, n in enumerate(lengths):
+            blk = c1[j, :n, None] + c2[j, None, :n] + (neg[j, :n, None] == neg[j, None, :n])
+            blocks.append(blk)
+        upper = {n: np.triu(np.ones((n, n), dtype=bool), 1) for n in set(lengths)}
+        codes = np.concatenate([blk[upper[len(blk)]] for blk in blocks] + [c1[:0, 0]])
+        if dense:
+            n = np.bincount(codes, minlength=n_nodes * n_nodes * span)
+            many = n > 1
+            slot = np.where(many, np.cumsum(many), SINK).astype(np.int32)
+            bins = np.flatnonzero(many)
+            keys = (bins // span // n_nodes) << 42 | (bins // span % n_nodes) << 20 \
+                | (bins % span + low)
+            counts = n[bins]
+            for j, blk in enumerate(blocks):
+                s = slot[np.where(upper[len(blk)], blk, blk.T)]
+                np.fill_diagonal(s, SINK)
+                self.ps[j, :len(blk), :len(blk)] = s
+        else:
+            u, inv, n = np.unique(codes, return_inverse=True, return_counts=True)
+            many = n > 1
+            s = np.where(many, np.cumsum(many), SINK).astype(np.int32)[inv.reshape(-1)]
+            keys, counts = u[many], n[many]
+            at = 0
+            for j, blk in enumerate(blocks):
+                m = len(blk)
+                half = np.zeros((m, m), dtype=np.int32)
+                half[upper[m]] = s[at:at + m * (m - 1) // 2]
+                at += m * (m - 1) // 2
+                self.ps[j, :m, :m] = half + half.T
+        self._first_slots(keys, counts)
+
+    def _first_slots(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        """The first count's patterns (sorted keys, their counts) at slots 1.., none born."""
+        m = len(keys) + 1
+        self.kc = np.zeros(max(16, 2 * m), dtype=np.int64)
+        self.ks = np.zeros(len(self.kc), dtype=np.int64)
+        self.kc[0] = DROPPED
+        self.kc[1:m], self.ks[1:m] = counts, keys
+        self.ns = self.ne = m  # slots [1, ns) in key order, [ns, ne) born since
+        self.tie_pos: list[int] = []  # see best
+        self.tie_key: list[int] = []
+        self.tie_c = self.tie_i = 0
+
+    def _born(self, keys: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Slots for these new patterns with these counts."""
+        m, ne = len(keys), self.ne
+        if ne + m > len(self.kc):
+            grow = ne + m + 1024
+            self.kc = np.concatenate([self.kc, np.zeros(grow, dtype=np.int64)])
+            self.ks = np.concatenate([self.ks, np.zeros(grow, dtype=np.int64)])
+        if m <= 4:  # (a few: item by item beats slice copies)
+            kc, ks = self.kc, self.ks
+            for e, (k, c) in enumerate(zip(keys.tolist(), counts.tolist(), strict=True)):
+                kc[ne + e], ks[ne + e] = c, k
+        else:
+            self.kc[ne:ne + m] = counts
+            self.ks[ne:ne + m] = keys
+        self.ne = ne + m
+        top = int(counts.max())
+        if top > self.tie_c:  # (not from optimize: a node's patterns are as many as its
+            self.tie_pos, self.tie_key, self.tie_i = [], [], 0  # terms at most) scan again
+        elif top == self.tie_c:  # born at the top count: into the ties, in key order
+            for p in np.flatnonzero(counts == top).tolist():
+                k = int(keys[p])
+                at = bisect.bisect_left(self.tie_key, k, self.tie_i)
+                self.tie_key.insert(at, k)
+                self.tie_pos.insert(at, ne + p)
+        return np.arange(ne, ne + m)
+
+    def update(self) -> None:
+        """Count the change the log holds (and clear it). The terms put in must all be of
+        one node newer than every other (an extraction's new node: each pattern is
+        extracted once, so its node is always new)."""
+        out, into, freed, gone = self.out, self.into, self.freed, self.gone
+        twice_i, twice_q = self.twice_i, self.twice_q
+        self.out, self.into, self.freed, self.gone = [], {}, [], {}
+        self.twice_i, self.twice_q = [], []
+        ps = self.ps
+        n_cols = len(self.cols)
+        # the places whose a01 changes: those emptied, then those of the terms put in
+        aj = [j for j, _ in out]
+        aq = [q for _, q in out]
+        av = [-(1 << 62) + ((q * n_cols + j) << 10) for j, q in out]  # as _empty
+        if out:
+            # the pairs lost: each term out with the terms it was with (those put in
+            # have SINK rows yet); two terms out of one column: their pair counted once
+            oj, oq = np.array(out).T
+            rows = ps[oj, oq]
+            if twice_i:  # (index arrays: lists index 4x slower)
+                tw = np.array((twice_i, twice_q))
+                rows[tw[0], tw[1]] = SINK
+            np.add.at(self.kc, rows.reshape(-1), -1)
+            ps[oj, oq] = SINK
+            ps[oj, :, oq] = SINK
+        av1 = av[:]
+        if into:
+            self._made(into, gone, aj, aq, av, av1)
+        if aj:
+            a = np.array((aj, aq, av, av1), dtype=np.int64)
+            self.a01[:, a[0], a[1]] = a[2:]
+        for j, q in freed:
+            self.free[j].append(q)
+
+    def _made(self, into: dict[int, dict[int, int]], gone: dict[int, list[int]],
+              aj: list[int], aq: list[int], av: list[int], av1: list[int]) -> None:
+        """Count the pairs made: each term in with the terms now (less the others put
+        in: their places still read as empty, and less those taken out: read as empty
+        here), and the pairs among the terms in of one column; the patterns seen twice
+        are born. The places of the terms in and their a01 go to aj, aq, av, av1."""
+        ij: list[int] = []
+        iq: list[int] = []
+        ig: list[int] = []
+        sec: list[int] = []
+        wj: list[int] = []
+        wq1: list[int] = []
+        wq2: list[int] = []
+        wk: list[int] = []
+        xi: list[int] = []  # (row, place) of a term taken out, in that row's column
+        xq: list[int] = []
+        node = -1
+        for j, terms in into.items():  # (any order: the counts are the same)
+            items = list(terms.items())
+            place = self.place[j]
+            places = [place[t] for t in terms]
+            out = gone.get(j, ())
+            for a, (t1, d1) in enumerate(items):
+                node = t1 >> SH if node < 0 else node
+                if t1 >> SH != node or node <= self.top:
+                    raise ValueError("Columns.update: the terms put in are not all of "
+                                     "one new node")
+                if out:
+                    xi.extend([len(ij)] * len(out))
+                    xq.extend(out)
+                ij.append(j)
+                iq.append(places[a])
+                ig.append(d1 < 0)
+                sh = (t1 & 255) << 1
+                sec.append(((t1 >> SH) << 20) + sh)  # its second part, and its first
+                first = ((t1 >> SH) << 42) - sh + 1024
+                aj.append(j)
+                aq.append(places[a])
+                av.append(first + (d1 > 0))
+                av1.append(first + (d1 < 0))
+                for b in range(a + 1, len(items)):
+                    t2, d2 = items[b]
+                    wj.append(j)
+                    wq1.append(places[a])
+                    wq2.append(places[b])
+                    wk.append(_pair_key(t1, d1, t2, d2))
+        self.top = node
+        rows = np.array((ij, iq, ig, sec), dtype=np.int64)
+        ja, qa = rows[0], rows[1]
+        keys = self.a01[rows[2], ja] + rows[3][:, None]
+        if xi:  # no key where a term was taken out: distinct negatives (odd: never
+            x = np.array((xi, xq))
+            keys[x[0], x[1]] = _OUT[:len(xi)] if len(xi) <= len(_OUT) \
+                else -(1 << 62) - 1 - (np.arange(len(xi)) << 10)  # an empty place's)
+        wk_ = np.array(wk, dtype=np.int64)
+        # every key here is (node x, the new node, the low bits): with few x and shifts,
+        # a bincount over (x, low bits) finds the ones seen twice, else a sort
+        span = 4 * self.maxsh + 2
+        lo = 1024 - 2 * self.maxsh
+        bins = (node + 1) * span
+        if bins <= 2 * keys.size + self.DENSE:
+            code = np.where(keys >= 0, (keys >> 42) * span + (keys & _M20) - lo, bins)
+            wcode = (wk_ >> 42) * span + (wk_ & _M20) - lo
+            n = np.bincount(code.reshape(-1), minlength=bins + 1)
+            if len(wcode):
+                n += np.bincount(wcode, minlength=bins + 1)
+            n[bins] = 0
+            ub = np.flatnonzero(n > 1)
+            if not len(ub):
+                return
+            table = np.zeros(bins + 1, dtype=np.int32)
+            table[ub] = self._born((ub // span) << 42 | node << 20 | (ub % span + lo), n[ub])
+            m, sw = table[code], table[wcode]
+        else:
+            kf = keys.reshape(-1)  # (the empty places' never meet: each is distinct)
+            sk = np.sort(np.concatenate([kf, wk_]) if wk else kf, kind="stable")
+            dup = sk[1:] == sk[:-1]
+            if not dup.any():
+                return
+            uv = sk[1:][dup]  # a key seen c times is here c - 1 times
+            if len(uv) > 1 and not (uv[1:] != uv[:-1]).all():
+                uv, c = np.unique(uv, return_counts=True)
+                su = self._born(uv, c + 1)
+            else:
+                su = self._born(uv, np.full(len(uv), 2))
+            pos = np.minimum(np.searchsorted(uv, keys), len(uv) - 1)
+            m = np.where(uv[pos] == keys, su[pos], SINK)
+            pos = np.minimum(np.searchsorted(uv, wk_), len(uv) - 1)
+            sw = np.where(uv[pos] == wk_, su[pos], SINK)
+        r, c = np.nonzero(m)  # the places put in had SINK rows and columns
+        if len(r):
+            s = m[r, c]
+            rj, rq = ja[r], qa[r]
+            self.ps[rj, rq, c] = s
+            self.ps[rj, c, rq] = s
+        if wk:
+            wj_, w1, w2 = np.array(wj), np.array(wq1), np.array(wq2)
+            self.ps[wj_, w1, w2] = sw
+            self.ps[wj_, w2, w1] = sw
+
+    def tracked(self) -> dict[Key, int]:
+        """Every pattern counted and not dropped: key -> count."""
+        live = self.kc[1:self.ne] > DROPPED // 2
+        return dict(zip(self.ks[1:self.ne][live].tolist(), self.kc[1:self.ne][live].tolist(),
+                        strict=True))
 
     def drop(self, k: Key) -> None:
         """Never pick k again (too deep, or no occurrence left)."""
-        for keys, counts in ((self.keys, self.counts), (self.tkeys, self.tcounts)):
-            i = int(np.searchsorted(keys, k))
-            if i < len(keys) and keys[i] == k:
-                counts[i] = DROPPED
+        if self.last[0] == k:
+            self.kc[self.last[1]] = DROPPED
+            return
+        for p in np.flatnonzero(self.ks[1:self.ne] == k):
+            self.kc[p + 1] = DROPPED
 
     def best(self, ok: Callable[[Key], bool]) -> Key | None:
         """The most frequent pattern (count >= 2) that `ok` accepts. (Ties by the narrowest
         new node instead of the smallest key: chain bits -1.2 to -1.4 % on the jet taggers,
         but the tied keys are thousands once counts reach 2, and finding and ordering them
-        doubled the optimiser's time: not taken.)"""
+        doubled the optimiser's time: not taken.)
+
+        The places in `kc` that had the top count at the last scan are kept in key order
+        (`tie_pos`, `tie_key`; those born at that count since, put in their place): counts
+        only fall, so the first of them still at it is the answer, until none is."""
+        kc = self.kc
         while True:
-            c, k = 1, 0
-            for keys, counts in ((self.keys, self.counts), (self.tkeys, self.tcounts)):
-                if len(counts):
-                    i = int(np.argmax(counts))
-                    ci, ki = int(counts[i]), int(keys[i])
-                    if ci > c or ci == c > 1 and ki < k:
-                        c, k = ci, ki
-            if c < 2:
-                return None
+            pos, c = self.tie_pos, self.tie_c
+            while self.tie_i < len(pos) and kc[pos[self.tie_i]] != c:
+                self.tie_i += 1
+            if self.tie_i == len(pos):
+                if not self._scan():
+                    return None
+                continue
+            i = pos[self.tie_i]
+            k = self.tie_key[self.tie_i]
             if ok(k):
+                self.last = (k, i)
                 return k
-            self.drop(k)
+            kc[i] = DROPPED
+
+    def _scan(self) -> bool:
+        """The places of the top count, in key order (False: no count of 2 or more)."""
+        kc = self.kc[:self.ne]
+        c = int(kc.max())
+        if c < 2:
+            self.tie_pos, self.tie_key, self.tie_c, self.tie_i = [], [], c, 0
+            return False
+        pos = np.flatnonzero(kc == c)
+        if pos[-1] >= self.ns:  # some born since the first count: in key order too
+            pos = pos[np.argsort(self.ks[pos], kind="stable")]
+        self.tie_pos, self.tie_key = pos.tolist(), self.ks[pos].tolist()
+        self.tie_c, self.tie_i = c, 0
+        return True
