@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from . import golden_plan, reference
+from . import reference
 from .compiled import CompiledGraph
 from .ir import Graph, prune
 from .ops import SPATIAL, Op
@@ -77,7 +77,11 @@ def decode(compiled: CompiledGraph, out: np.ndarray) -> np.ndarray:
 def golden(compiled: CompiledGraph, x: np.ndarray) -> np.ndarray:
     """The golden model's float outputs for float inputs (N, *shape): head, body (reference
     interpreter on codes), tail — what api.run(backend="golden") and the sweep compare.
-    The body runs as its prepared plan (graphs/golden_plan.py: the same values, faster)."""
+    The body runs as its prepared plan (graphs/golden_plan.py: the same values, faster;
+    imported here, not with the module: an export that only reads wire_order needs none of
+    the plan's machinery)."""
+    from . import golden_plan
+
     p = golden_plan.plan(compiled.graph)
     if getattr(compiled, "head", None) is None:
         vals = p.values(np.asarray(x), quantize=True)

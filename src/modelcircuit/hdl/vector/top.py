@@ -326,9 +326,10 @@ def plan_top(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = 
 
 def _design(compiled: CompiledGraph, plan: CircuitPlan) -> Any:
     from ..streamed.kind import is_streamed
-    from ..streamed.lower import StreamModel
 
-    if is_streamed(compiled.graph):
+    if is_streamed(compiled.graph):  # the streamed lowering imported only for a streamed model
+        from ..streamed.lower import StreamModel
+
         return StreamModel(compiled, plan)
     return VectorDesign(compiled, plan)
 
