@@ -4,10 +4,10 @@ nothing: compile each model for each target at two precisions, hash every file.
     python bench/identity.py --write bench/identity_baseline.json   # on the commit before
     python bench/identity.py --check bench/identity_baseline.json   # after: lists differences
 
-Models: the bundled digits MLP and the MLPs of ../shared/models (skipped where absent), and
-the streamed circuits of three CNNs (bundled digits CNN, conv1d/conv2d_small_keras) at reuse 1
+Models: the bundled digits MLP and the MLPs of ../shared/models (skipped where absent), the
+streamed circuits of three CNNs (bundled digits CNN, conv1d/conv2d_small_keras) at reuse 1
 and 4, Verilog target only (their top.v/top.il/top.json are what a restructure of the streamed
-HDL must leave alone). Prints a table (model, precision, target, files, graph id, same?) and writes JSON.
+HDL must leave alone), and the circuits of CIRCUITS (`--strategy da`, a folded `--reuse auto`). Prints a table (model, precision, target, files, graph id, same?) and writes JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +28,14 @@ PRECISIONS = [None, "fixed<8,3>"]
 TARGETS = ["golden", "gpu", "verilog"]
 STREAMED = ["digits_cnn", "conv1d_small_keras", "conv2d_small_keras"]
 STREAMED_REUSE = [1, 4]
+# Verilog of circuits the rows above never build: R = 1 with `--strategy da` (the CMVM adder
+# graphs, hdl/plan/cmvm.py: the default strategy is mult) and the folded jet tagger of
+# `--reuse auto` on an ECP5-25k (folded Dense lanes, the serial Softmax's "fmax" schedule)
+# (model, precision, compile options, write_compiled's reuse)
+CIRCUITS = [("qkeras_jettagging", None, {"strategy": "da"}, None),
+            ("three_layer_keras", "fixed<16,6>", {"strategy": "da"}, None),
+            ("two_layer_keras", "fixed<8,3>", {"strategy": "da"}, None),
+            ("three_layer_keras", "fixed<16,6>", {"profile": "ecp5-25k"}, "auto")]
 
 
 def model_path(name: str) -> Path | None:
@@ -74,6 +82,22 @@ def run(models: list[str], targets: list[str],
                           file=sys.stderr)
         if "verilog" not in targets:
             return out
+        for name, prec, opts, reuse in CIRCUITS:
+            path = model_path(name)
+            if path is None or name not in models:
+                continue
+            key = f"{name}|{prec}|verilog|" + ",".join(f"{k}={v}" for k, v in opts.items()) \
+                + (f",reuse={reuse}" if reuse else "")
+            d = Path(tmp) / hashlib.sha256(key.encode()).hexdigest()[:16]
+            t0 = time.perf_counter()
+            try:
+                c = mc.compile(mc.load_onnx(path), precision=prec, **opts)
+                write_compiled(c, d, "verilog", reuse=reuse)
+                out[key] = {"graph_id": c.graph_id, **hashes(d)}
+            except ValueError as e:
+                out[key] = {"error": str(e).splitlines()[0]}
+            print(f"{key:55s} {len(out[key]):3d} files  {time.perf_counter() - t0:6.1f} s",
+                  file=sys.stderr)
         for name in streamed:
             path = model_path(name)
             if path is None:
