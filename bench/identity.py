@@ -18,7 +18,9 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "models"
@@ -51,10 +53,27 @@ def hashes(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def record(out: dict[str, dict[str, str]], key: str, d: Path,
+           build: Callable[[Path], str]) -> None:
+    """out[key]: the graph id `build` returns and the hashes of the files it wrote into d, or
+    the error it raised."""
+    t0 = time.perf_counter()
+    try:
+        gid = build(d)
+        out[key] = {"graph_id": gid, **hashes(d)}
+    except ValueError as e:
+        out[key] = {"error": str(e).splitlines()[0]}
+    print(f"{key:55s} {len(out[key]):3d} files  {time.perf_counter() - t0:6.1f} s",
+          file=sys.stderr)
+
+
 def run(models: list[str], targets: list[str],
         streamed: list[str] = STREAMED) -> dict[str, dict[str, str]]:
     import modelcircuit as mc
     from modelcircuit.artifact import write_compiled
+
+    def written(c: Any, target: str, **kw: Any) -> Callable[[Path], str]:
+        return lambda d: (write_compiled(c, d, target, **kw), c.graph_id)[1]
 
     out: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,14 +91,7 @@ def run(models: list[str], targets: list[str],
                 for target in targets:
                     key = f"{name}|{prec}|{target}"
                     d = Path(tmp) / key.replace("|", "_").replace("<", "").replace(">", "").replace(",", "_")
-                    t0 = time.perf_counter()
-                    try:
-                        write_compiled(c, d, target)
-                        out[key] = {"graph_id": c.graph_id, **hashes(d)}
-                    except ValueError as e:
-                        out[key] = {"error": str(e).splitlines()[0]}
-                    print(f"{key:55s} {len(out[key]):3d} files  {time.perf_counter() - t0:6.1f} s",
-                          file=sys.stderr)
+                    record(out, key, d, written(c, target))
         if "verilog" not in targets:
             return out
         for name, prec, opts, reuse in CIRCUITS:
@@ -88,16 +100,13 @@ def run(models: list[str], targets: list[str],
                 continue
             key = f"{name}|{prec}|verilog|" + ",".join(f"{k}={v}" for k, v in opts.items()) \
                 + (f",reuse={reuse}" if reuse else "")
-            d = Path(tmp) / hashlib.sha256(key.encode()).hexdigest()[:16]
-            t0 = time.perf_counter()
-            try:
+
+            def build(d: Path, path: Path = path, prec: str | None = prec,
+                      opts: dict[str, Any] = opts, reuse: str | None = reuse) -> str:
                 c = mc.compile(mc.load_onnx(path), precision=prec, **opts)
-                write_compiled(c, d, "verilog", reuse=reuse)
-                out[key] = {"graph_id": c.graph_id, **hashes(d)}
-            except ValueError as e:
-                out[key] = {"error": str(e).splitlines()[0]}
-            print(f"{key:55s} {len(out[key]):3d} files  {time.perf_counter() - t0:6.1f} s",
-                  file=sys.stderr)
+                return written(c, "verilog", reuse=reuse)(d)
+
+            record(out, key, Path(tmp) / hashlib.sha256(key.encode()).hexdigest()[:16], build)
         for name in streamed:
             path = model_path(name)
             if path is None:
@@ -106,15 +115,7 @@ def run(models: list[str], targets: list[str],
             c = mc.compile(mc.load_onnx(path))
             for r in STREAMED_REUSE:
                 key = f"{name}|None|verilog|R{r}"
-                d = Path(tmp) / key.replace("|", "_")
-                t0 = time.perf_counter()
-                try:
-                    write_compiled(c, d, "verilog", reuse=r)
-                    out[key] = {"graph_id": c.graph_id, **hashes(d)}
-                except ValueError as e:
-                    out[key] = {"error": str(e).splitlines()[0]}
-                print(f"{key:55s} {len(out[key]):3d} files  {time.perf_counter() - t0:6.1f} s",
-                      file=sys.stderr)
+                record(out, key, Path(tmp) / key.replace("|", "_"), written(c, "verilog", reuse=r))
     return out
 
 
