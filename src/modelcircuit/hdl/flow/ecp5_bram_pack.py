@@ -27,8 +27,9 @@ read port of clock CLKB whose data is DOA and DOB together):
   the silicon uses for the low half.
 
 Like the DSP packing, checked by simulation of the packed against the unpacked netlist (a
-behavioural DP16KD with the output register; not the vendor's model) and by nextpnr
-accepting the result (tests/hdl/flow/test_ecp5_bram_pack.py); not yet on hardware.
+behavioural DP16KD with the output register, tests/hdl/flow/ecp5_models; not the vendor's
+model: the folded jet tagger 40,000 cycles, and in CI tests/hdl/flow/test_ecp5_pack_sim.py)
+and by nextpnr accepting the result (test_ecp5_bram_pack.py); not yet on hardware.
 """
 
 from __future__ import annotations

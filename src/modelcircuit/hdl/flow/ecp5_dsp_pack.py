@@ -33,8 +33,9 @@ init 0); GSR follows the packed flip-flops'. The circuit is cycle for cycle the 
 checked by Verilator on the packed and unpacked netlists (yosys's ECP5 cell models, a
 behavioural MULT18X18D written for it, random inputs, valid and ready: the jet tagger 40,000
 cycles and a two-layer MLP 20,000, every output every cycle equal; a register added to one
-block: 578 mismatches); tests/hdl/flow/test_ecp5_dsp_pack.py checks which registers a design
-of corner cases gets, and that nextpnr accepts the result. Written by a helper from the
+block: 578 mismatches; in CI: tests/hdl/flow/test_ecp5_pack_sim.py, with the model kept in
+tests/hdl/flow/ecp5_models); tests/hdl/flow/test_ecp5_dsp_pack.py checks which registers a
+design of corner cases gets, and that nextpnr accepts the result. Written by a helper from the
 MULT18X18D port list of yosys's cells_bb_ecp5.v.
 """
 
