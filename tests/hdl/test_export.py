@@ -3,6 +3,7 @@ and clear errors for bad input with nothing written."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -90,6 +91,33 @@ def test_unsupported_op(tmp_path):
                       ["x"], ["y"], "bad")
     with pytest.raises(HdlError, match=r"bn0.*BatchNorm.*supported: .*Dense"):
         export_verilog(c, tmp_path / "out")
+
+
+def test_yosys_started_early_ends_with_a_failed_build(monkeypatch, tmp_path):
+    """The export starts yosys before it builds the design (its start overlaps the build):
+    a build that fails leaves no yosys process behind, and one that succeeds used it."""
+    from modelcircuit.hdl import export
+
+    started = []
+    real = export.yosys_started
+
+    @contextlib.contextmanager
+    def spy():
+        with real() as p:
+            started.append(p)
+            yield p
+
+    monkeypatch.setattr(export, "yosys_started", spy)
+    nodes = [Node.make("bn0", "BatchNorm", ["x"], ["y"])]
+    c = compiled_from(nodes, {"x": ((3,), "fixed<8,3>"), "y": ((3,), "fixed<8,3>")}, {},
+                      ["x"], ["y"], "bad")
+    with pytest.raises(HdlError, match="BatchNorm"):
+        export_verilog(c, tmp_path / "out")
+    assert len(started) == 1 and started[0].poll() is not None  # ended, not left running
+    small = dense_case("fixed<8,3>", "fixed<6,1>", "fixed<12,2>", "fixed<8,4>", 5, 3, True)[0]
+    export_verilog(small, tmp_path / "ok")
+    assert len(started) == 2 and started[1].returncode == 0  # its Verilog came from it
+    assert "module top" in (tmp_path / "ok" / "top.v").read_text()
     assert not (tmp_path / "out").exists()
 
 

