@@ -319,7 +319,7 @@ def _check_slots(cols: Columns) -> None:
     """The pair slots' invariant: every pair of terms of a column has the slot of its
     pattern when that is counted (and living), else one that counts nothing; a free place
     pairs with nothing and reads as empty."""
-    tracked = cols.tracked()
+    tracked = cols.slots.tracked()
     for j, col in enumerate(cols.cols):
         place = cols.place[j]
         assert set(place) == set(col)
@@ -335,7 +335,7 @@ def _check_slots(cols: Columns) -> None:
                         | (((t2 & 255) - (t1 & 255) + 512) << 1) | (col[t1] == col[t2])
                     s = int(cols.ps[j, q1, q2])
                     assert s == cols.ps[j, q2, q1]
-                    assert (s and int(cols.ks[s]) == k) if k in tracked else s == 0, (k, s)
+                    assert (s and int(cols.slots.ks[s]) == k) if k in tracked else s == 0, (k, s)
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -360,13 +360,13 @@ def test_incremental_pattern_counts_equal_a_recount(seed: int, path: str,
     nxt, steps = n_in, 0
     while True:
         full = _recount(cols)
-        tracked = cols.tracked()
+        tracked = cols.slots.tracked()
         assert all(full.get(k, 0) == c for k, c in tracked.items())
         # every pattern seen twice or more now is counted (none lost)
         assert all(k in tracked for k, c in full.items() if c > 1)
         _check_slots(cols)
         best = max(full.values(), default=0)
-        k = cols.best(lambda _k: True)
+        k = cols.slots.best(lambda _k: True)
         if best < 2:
             assert k is None
             break

@@ -324,7 +324,7 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
             return max(nodes[a].depth, nodes[b].depth) + 1 <= max_depth
 
         while True:
-            k = cols.best(ok)
+            k = cols.slots.best(ok)
             if k is None:
                 break
             a, b, ds, sg = unkey(k)
@@ -344,7 +344,7 @@ def optimize(w: np.ndarray, lo: list[int] | np.ndarray, hi: list[int] | np.ndarr
                     cols.replace(j, t1, t2, (node << SH) | min(s, s2), d1)
             extracted += 1
             if node < 0:  # only overlapping occurrences were counted: drop the pattern
-                cols.drop(k)
+                cols.slots.drop(k)
             cols.update()
     outputs: list[tuple[int, int] | None] = []
     for j, col in enumerate(cols.cols):

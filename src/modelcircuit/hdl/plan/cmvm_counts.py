@@ -2,23 +2,20 @@
 how often each two-term pattern occurs across the columns, kept up to date as the optimiser
 extracts patterns. Its own module because it is the optimiser's hot path (most of an R = 1
 `--strategy da` export's time: bench/cmvm.py) and a data structure with its own invariants
-(see `Columns`), checked against a recount in tests/hdl/plan/test_cmvm.py; cmvm.py keeps the
-graph, the builder and the algorithm that drives this."""
+(see `Columns`), checked against a recount in tests/hdl/plan/test_cmvm.py; the counts by
+slot and the pick are cmvm_slots.py's; cmvm.py keeps the graph, the builder and the
+algorithm that drives this."""
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable
-
 import numpy as np
+
+from .cmvm_slots import SINK, Key, Slots
 
 # A term (node, shift) is the integer node << 8 | shift (shift < 256), so that comparing
 # terms compares (node, shift); a pattern of two terms t1 < t2 with signs d1, d2 is the
 # integer n1 << 42 | n2 << 20 | (s2 - s1 + 512) << 1 | (d1 == d2).
-Key = int
 SH = 8
-DROPPED = -(1 << 40)
-SINK = 0  # the slot of every pair whose pattern is not counted (and of empty places)
 _M20, _M22 = (1 << 20) - 1, (1 << 22) - 1
 _OUT = -(1 << 62) - 1 - (np.arange(4096, dtype=np.int64) << 10)  # see Columns._made
 
@@ -43,8 +40,8 @@ def _pair_key(t1: int, d1: int, t2: int, d2: int) -> int:
 class Columns:
     """The columns' terms {term: sign} (per column node -> shifts; per node the columns
     holding it), and the count of every pattern that occurred at least twice when it was
-    first counted, over all pairs of terms within a column; the most frequent pattern is
-    picked (ties: the smallest key, deterministic; a dropped pattern's count is -2**40).
+    first counted, over all pairs of terms within a column, kept in `slots`
+    (cmvm_slots.Slots, which also picks the most frequent: ties by the smallest key).
 
     Why only those: after the initial count, a pattern only gains pairs when an extraction
     puts in the terms of its new node, and every pattern of that node is counted then, in
@@ -65,11 +62,6 @@ class Columns:
     extractions of a 16-bit jet tagger's 64 x 32 layer: half the optimiser's time there is
     gone (bench/cmvm.py). The price is memory: `ps` is columns x places squared int32
     (that layer: 32 x 238**2, 7 MB; the first count of all pairs it replaces took as much).
-
-    A slot is a place in `kc` (the counts) and `ks` (the keys): the first count's
-    patterns at 1.. in key order, those born after them in order of birth (slot 0, SINK,
-    takes what is subtracted from no pattern; its count stays negative). The pick needs no
-    scan while the places at the top count (`tie_pos`, in key order) last: see `best`.
     """
 
     DENSE = 4096  # a bincount of up to twice the keys + this many bins (else a sort)
@@ -93,8 +85,7 @@ class Columns:
         self.width = 0
         self.ps = np.zeros((n_out, 0, 0), dtype=np.int32)
         self.a01 = np.zeros((2, n_out, 0), dtype=np.int64)
-        self.last: tuple[int, int] = (-1, SINK)  # (key, slot) of the latest pick
-        self._first_slots(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self.slots = Slots(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
     # -- the terms ----------------------------------------------------------------------
 
@@ -305,45 +296,7 @@ class Columns:
                 half[upper[m]] = s[at:at + m * (m - 1) // 2]
                 at += m * (m - 1) // 2
                 self.ps[j, :m, :m] = half + half.T
-        self._first_slots(keys, counts)
-
-    def _first_slots(self, keys: np.ndarray, counts: np.ndarray) -> None:
-        """The first count's patterns (sorted keys, their counts) at slots 1.., none born."""
-        m = len(keys) + 1
-        self.kc = np.zeros(max(16, 2 * m), dtype=np.int64)
-        self.ks = np.zeros(len(self.kc), dtype=np.int64)
-        self.kc[0] = DROPPED
-        self.kc[1:m], self.ks[1:m] = counts, keys
-        self.ns = self.ne = m  # slots [1, ns) in key order, [ns, ne) born since
-        self.tie_pos: list[int] = []  # see best
-        self.tie_key: list[int] = []
-        self.tie_c = self.tie_i = 0
-
-    def _born(self, keys: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Slots for these new patterns with these counts."""
-        m, ne = len(keys), self.ne
-        if ne + m > len(self.kc):
-            grow = ne + m + 1024
-            self.kc = np.concatenate([self.kc, np.zeros(grow, dtype=np.int64)])
-            self.ks = np.concatenate([self.ks, np.zeros(grow, dtype=np.int64)])
-        if m <= 4:  # (a few: item by item beats slice copies)
-            kc, ks = self.kc, self.ks
-            for e, (k, c) in enumerate(zip(keys.tolist(), counts.tolist(), strict=True)):
-                kc[ne + e], ks[ne + e] = c, k
-        else:
-            self.kc[ne:ne + m] = counts
-            self.ks[ne:ne + m] = keys
-        self.ne = ne + m
-        top = int(counts.max())
-        if top > self.tie_c:  # (not from optimize: a node's patterns are as many as its
-            self.tie_pos, self.tie_key, self.tie_i = [], [], 0  # terms at most) scan again
-        elif top == self.tie_c:  # born at the top count: into the ties, in key order
-            for p in np.flatnonzero(counts == top).tolist():
-                k = int(keys[p])
-                at = bisect.bisect_left(self.tie_key, k, self.tie_i)
-                self.tie_key.insert(at, k)
-                self.tie_pos.insert(at, ne + p)
-        return np.arange(ne, ne + m)
+        self.slots = Slots(keys, counts)
 
     def update(self) -> None:
         """Count the change the log holds (and clear it). The terms put in must all be of
@@ -367,7 +320,7 @@ class Columns:
             if twice_i:  # (index arrays: lists index 4x slower)
                 tw = np.array((twice_i, twice_q))
                 rows[tw[0], tw[1]] = SINK
-            np.add.at(self.kc, rows.reshape(-1), -1)
+            np.add.at(self.slots.kc, rows.reshape(-1), -1)
             ps[oj, oq] = SINK
             ps[oj, :, oq] = SINK
         av1 = av[:]
@@ -450,7 +403,7 @@ class Columns:
             if not len(ub):
                 return
             table = np.zeros(bins + 1, dtype=np.int32)
-            table[ub] = self._born((ub // span) << 42 | node << 20 | (ub % span + lo), n[ub])
+            table[ub] = self.slots.born((ub // span) << 42 | node << 20 | (ub % span + lo), n[ub])
             m, sw = table[code], table[wcode]
         else:
             kf = keys.reshape(-1)  # (the empty places' never meet: each is distinct)
@@ -461,9 +414,9 @@ class Columns:
             uv = sk[1:][dup]  # a key seen c times is here c - 1 times
             if len(uv) > 1 and not (uv[1:] != uv[:-1]).all():
                 uv, c = np.unique(uv, return_counts=True)
-                su = self._born(uv, c + 1)
+                su = self.slots.born(uv, c + 1)
             else:
-                su = self._born(uv, np.full(len(uv), 2))
+                su = self.slots.born(uv, np.full(len(uv), 2))
             pos = np.minimum(np.searchsorted(uv, keys), len(uv) - 1)
             m = np.where(uv[pos] == keys, su[pos], SINK)
             pos = np.minimum(np.searchsorted(uv, wk_), len(uv) - 1)
@@ -479,55 +432,3 @@ class Columns:
             self.ps[wj_, w1, w2] = sw
             self.ps[wj_, w2, w1] = sw
 
-    def tracked(self) -> dict[Key, int]:
-        """Every pattern counted and not dropped: key -> count."""
-        live = self.kc[1:self.ne] > DROPPED // 2
-        return dict(zip(self.ks[1:self.ne][live].tolist(), self.kc[1:self.ne][live].tolist(),
-                        strict=True))
-
-    def drop(self, k: Key) -> None:
-        """Never pick k again (too deep, or no occurrence left)."""
-        if self.last[0] == k:
-            self.kc[self.last[1]] = DROPPED
-            return
-        for p in np.flatnonzero(self.ks[1:self.ne] == k):
-            self.kc[p + 1] = DROPPED
-
-    def best(self, ok: Callable[[Key], bool]) -> Key | None:
-        """The most frequent pattern (count >= 2) that `ok` accepts. (Ties by the narrowest
-        new node instead of the smallest key: chain bits -1.2 to -1.4 % on the jet taggers,
-        but the tied keys are thousands once counts reach 2, and finding and ordering them
-        doubled the optimiser's time: not taken.)
-
-        The places in `kc` that had the top count at the last scan are kept in key order
-        (`tie_pos`, `tie_key`; those born at that count since, put in their place): counts
-        only fall, so the first of them still at it is the answer, until none is."""
-        kc = self.kc
-        while True:
-            pos, c = self.tie_pos, self.tie_c
-            while self.tie_i < len(pos) and kc[pos[self.tie_i]] != c:
-                self.tie_i += 1
-            if self.tie_i == len(pos):
-                if not self._scan():
-                    return None
-                continue
-            i = pos[self.tie_i]
-            k = self.tie_key[self.tie_i]
-            if ok(k):
-                self.last = (k, i)
-                return k
-            kc[i] = DROPPED
-
-    def _scan(self) -> bool:
-        """The places of the top count, in key order (False: no count of 2 or more)."""
-        kc = self.kc[:self.ne]
-        c = int(kc.max())
-        if c < 2:
-            self.tie_pos, self.tie_key, self.tie_c, self.tie_i = [], [], c, 0
-            return False
-        pos = np.flatnonzero(kc == c)
-        if pos[-1] >= self.ns:  # some born since the first count: in key order too
-            pos = pos[np.argsort(self.ks[pos], kind="stable")]
-        self.tie_pos, self.tie_key = pos.tolist(), self.ks[pos].tolist()
-        self.tie_c, self.tie_i = c, 0
-        return True
