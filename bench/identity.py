@@ -7,7 +7,8 @@ nothing: compile each model for each target at two precisions, hash every file.
 Models: the bundled digits MLP and the MLPs of ../shared/models (skipped where absent), the
 streamed circuits of three CNNs (bundled digits CNN, conv1d/conv2d_small_keras) at reuse 1
 and 4, Verilog target only (their top.v/top.il/top.json are what a restructure of the streamed
-HDL must leave alone), and the circuits of CIRCUITS (`--strategy da`, a folded `--reuse auto`). Prints a table (model, precision, target, files, graph id, same?) and writes JSON.
+HDL must leave alone), and the circuits of CIRCUITS (`--strategy da`, a folded `--reuse
+auto`). Prints a table (model, precision, target, files, graph id, same?) and writes JSON.
 """
 
 from __future__ import annotations
@@ -53,10 +54,11 @@ def hashes(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def record(out: dict[str, dict[str, str]], key: str, d: Path,
+def record(out: dict[str, dict[str, str]], key: str, tmp: str,
            build: Callable[[Path], str]) -> None:
-    """out[key]: the graph id `build` returns and the hashes of the files it wrote into d, or
-    the error it raised."""
+    """out[key]: the graph id `build` returns and the hashes of the files it wrote into a
+    folder of its own under tmp, or the error it raised."""
+    d = Path(tmp) / hashlib.sha256(key.encode()).hexdigest()[:16]
     t0 = time.perf_counter()
     try:
         gid = build(d)
@@ -89,9 +91,7 @@ def run(models: list[str], targets: list[str],
                     out[f"{name}|{prec}"] = {"error": str(e).splitlines()[0]}
                     continue
                 for target in targets:
-                    key = f"{name}|{prec}|{target}"
-                    d = Path(tmp) / key.replace("|", "_").replace("<", "").replace(">", "").replace(",", "_")
-                    record(out, key, d, written(c, target))
+                    record(out, f"{name}|{prec}|{target}", tmp, written(c, target))
         if "verilog" not in targets:
             return out
         for name, prec, opts, reuse in CIRCUITS:
@@ -106,7 +106,7 @@ def run(models: list[str], targets: list[str],
                 c = mc.compile(mc.load_onnx(path), precision=prec, **opts)
                 return written(c, "verilog", reuse=reuse)(d)
 
-            record(out, key, Path(tmp) / hashlib.sha256(key.encode()).hexdigest()[:16], build)
+            record(out, key, tmp, build)
         for name in streamed:
             path = model_path(name)
             if path is None:
@@ -114,8 +114,7 @@ def run(models: list[str], targets: list[str],
                 continue
             c = mc.compile(mc.load_onnx(path))
             for r in STREAMED_REUSE:
-                key = f"{name}|None|verilog|R{r}"
-                record(out, key, Path(tmp) / key.replace("|", "_"), written(c, "verilog", reuse=r))
+                record(out, f"{name}|None|verilog|R{r}", tmp, written(c, "verilog", reuse=r))
     return out
 
 

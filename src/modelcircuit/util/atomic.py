@@ -156,7 +156,6 @@ def atomic_dir(out: Path, fill: Callable[[Path], T], what: str = "--out") -> T:
                          f"{e.strerror or e}") from None
     sweep_stale(parent, out.name)
     pid = os.getpid()
-    tmp: Path | None = None
     old: Path | None = None
     try:
         try:
@@ -195,13 +194,9 @@ def atomic_dir(out: Path, fill: Callable[[Path], T], what: str = "--out") -> T:
             raise GraphError(f"{what} {_display(out)}: no space left on the device") from None
         raise GraphError(f"{what} {_display(out)}: {e.strerror or e}") from None
     finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        # a signal can land inside mkdtemp, after its mkdir and before `tmp` or `old` is
-        # bound: every temp folder of this process for `out` goes (one was left by a
-        # Ctrl-C in CI)
+        # every temp folder of this process for `out` goes, `tmp` and `old` with the rest:
+        # a signal can land inside mkdtemp, after its mkdir and before either name is
+        # bound (one was left by a Ctrl-C in CI)
         for p in parent.glob(f".{glob.escape(out.name)}.mc-*-{pid}-*"):
             m = _TMP.match(p.name)
             if m and m["name"] == out.name and int(m["pid"]) == pid:

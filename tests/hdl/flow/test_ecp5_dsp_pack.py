@@ -17,8 +17,8 @@ from modelcircuit.hdl.flow.tools import tool_command, tool_env, warm_tool
 # lane 0: plain registers around the product; lane 1: input registers enabled by en1, the
 # product register by en2; lane 2: a synchronously reset product register; lane 3: an input
 # register with another load (o3) and a product bit with a logic load (x3); lane 4: a product
-# register on the falling edge; lane 5: operand a is a register right after a block RAM's read (a ROM)
-# (it stays beside the RAM), b a plain register
+# register on the falling edge; lane 5: operand a is a register right after a block RAM's read
+# (a ROM; it stays beside the RAM), b a plain register
 DESIGN = """
 module top(input clk, input en1, en2, srst, input [15:0] a0,b0,a1,b1,a2,b2,a3,b3,a4,b4,
            input [8:0] ra, input [15:0] b5,

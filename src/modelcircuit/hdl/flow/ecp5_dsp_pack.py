@@ -19,10 +19,10 @@ For each MULT18X18D with no register in use:
 * input A (resp. B): when every non-constant bit is the Q of a TRELLIS_FF that is plain (rising
   clock, no set/reset in use, REGSET RESET so init 0, CE high-active or always on) and all of
   them share clock, enable and GSR, and none is fed straight by a block RAM (whose slow
-  clock-to-out wants its register beside it), the block's input register is enabled (REG_INPUTx_CLK on a
-  CLKk with that clock, REG_INPUTx_CE on a CEk with that enable, RST tied 0) and the bits are
-  connected to the flip-flops' D instead. A flip-flop with other loads stays; one left with
-  none is removed.
+  clock-to-out wants its register beside it), the block's input register is enabled
+  (REG_INPUTx_CLK on a CLKk with that clock, REG_INPUTx_CE on a CEk with that enable, RST
+  tied 0) and the bits are connected to the flip-flops' D instead. A flip-flop with other
+  loads stays; one left with none is removed.
 * output P: when every used P bit feeds only the D of such flip-flops (all sharing clock,
   enable, GSR) and SIGNEDP and the cascade outputs are unused, REG_OUTPUT is enabled, P drives
   the flip-flops' Q nets and the flip-flops are removed (a P bit that fed several identical
@@ -110,7 +110,8 @@ def pack_module(m: dict[str, Any], inputs: bool = True, output: bool = True) -> 
             skip(name, "registers already in use")
             continue
         k = c["connections"]
-        if any(param(k.get(x, ["0"])[0], "0") not in ("0", "x") for x in ("SOURCEA", "SOURCEB")) or \
+        if any(param(k.get(x, ["0"])[0], "0") not in ("0", "x")
+               for x in ("SOURCEA", "SOURCEB")) or \
                 any(isinstance(b, int) for x, bits in k.items()
                     if x.startswith(("SRIA", "SRIB")) for b in bits):
             skip(name, "shift chain in use")

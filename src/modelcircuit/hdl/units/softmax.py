@@ -19,10 +19,11 @@ cycle (c = 0):
                                    register at c + 2 (the last at c = 3n+3)
 so latency = 3n + 4 and II = 3n + 2 (3n + 10 and 3n + 4 with `deep`, the "fmax" schedule:
 x - max registered before its clip into the exp table's address, both table addresses and
-outputs and the products registered once more, so the rotation pauses three cycles; the next start may come once the last x_k has been read; the product
-tail is driven by valid bits that travel with the data, not by the counter). The output register shifts only while products arrive, so y holds the whole
-vector from c = 3n + 4 until the next vector's products start (c' = 2n + 4 after the next
-start): the top reads it at c = latency.
+outputs and the products registered once more, so the rotation pauses three cycles; the
+next start may come once the last x_k has been read; the product tail is driven by valid
+bits that travel with the data, not by the counter). The output register shifts only while
+products arrive, so y holds the whole vector from c = 3n + 4 until the next vector's
+products start (c' = 2n + 4 after the next start): the top reads it at c = latency.
 
 The product e * r of two unsigned 18-bit codes would take four 16 x 16 DSP blocks of an
 iCE40 (yosys mul2dsp); with `split` it is one 16 x 16 product (one SB_MAC16) and the
@@ -278,9 +279,9 @@ class SoftmaxSerial(Unit):
         p = lo + (Value.cast(cr) << k) + (Value.cast(hi) << (2 * k))
         return self.regs(m, [p], "pd")[0] if self.deep else p
 
-    def _addr(self, m: Module, a: Value, name: str) -> Value:
-        """A table address, registered (each enabled cycle) under `deep`."""
-        return self.regs(m, [a], name)[0] if self.deep else a
+    def _deep(self, m: Module, v: Value, name: str) -> Value:
+        """v registered (each enabled cycle) under `deep`, else v."""
+        return self.regs(m, [v], name)[0] if self.deep else v
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -312,11 +313,9 @@ class SoftmaxSerial(Unit):
                     m.d.sync += mx.eq(Mux(xs[0] > mx, xs[0], mx))
         # the exp port: x_k - max, read every enabled cycle (sum and product passes)
         emem = table_rom(m, "exp_table", etab, et)
-        diff = self.regs(m, [xs[0] - mx], "ed")[0] if d else xs[0] - mx
-        ea = self._addr(m, table_index(diff, elo, esh, len(etab)), "ea")
-        e = table_read(m, emem, ea, en)
-        if d:
-            e = self.regs(m, [e], "eo")[0]
+        diff = self._deep(m, xs[0] - mx, "ed")
+        ea = self._deep(m, table_index(diff, elo, esh, len(etab)), "ea")
+        e = self._deep(m, table_read(m, emem, ea, en), "eo")
         s_w = max(1, (n * int(etab.max(initial=0))).bit_length())
         s = Signal(unsigned(s_w), name="s", reset_less=True)
         first = n + 2 + 3 * d  # e of the first sum read (c = n + 1)
@@ -334,9 +333,9 @@ class SoftmaxSerial(Unit):
                 rd_s = self.regs(m, [rd_s], f"rv{i}")[0]
         else:  # c = 2n + 2 <= 3n + 1, the last cycle of `run`
             rd_s = run & (c == first + n)
-        m.d.comb += [rp.addr.eq(self._addr(m, table_index(s, rlo, rsh, len(rtab)), "ra")),
+        m.d.comb += [rp.addr.eq(self._deep(m, table_index(s, rlo, rsh, len(rtab)), "ra")),
                      rp.en.eq(en & rd_s)]
-        r = self.regs(m, [rp.data], "ro")[0] if d else rp.data
+        r = self._deep(m, rp.data, "ro")
         # the product tail: valid bits travel with the data (the next start may come first)
         rd = Signal(name="prod_rd")
         m.d.comb += rd.eq(run & (c > 2 * n + pause))
