@@ -217,3 +217,51 @@ def test_a_softmax_of_two_branches_is_not_taken_for_attention():
                           initializer=w)
     ir = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
     assert [str(n.op) for n in ir.nodes] == ["Dense", "Dense", "Add", "Softmax"]
+
+
+@pytest.mark.parametrize("name", ["torch_encoder_d16_h2_t8_dynamo.onnx",
+                                  "torch_sdpa_gelu_d16_h2_t12_dynamo.onnx"])
+def test_weights_in_external_data_are_read_by_the_fusions(name, tmp_path):
+    """torch.onnx's dynamo exporter writes the weights to `<model>.onnx.data` beside the model.
+    The attention fit and the Gelu check evaluate sub-models with those initializers: they
+    read the external file as the import does (not 'cannot read this attention pattern')."""
+    model = onnx.load(str(DATA / name))
+    path = tmp_path / name
+    onnx.save_model(model, str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=name + ".data", size_threshold=0)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL
+               for t in onnx.load(str(path), load_external_data=False).graph.initializer)
+    inline = mc.load_onnx(DATA / name)
+    ext = mc.load_onnx(path)
+    assert [str(n.op) for n in ext.nodes] == [str(n.op) for n in inline.nodes]
+    x = _x(inline, 8, 0)
+    a = mc.run(mc.compile(inline, precision="fixed<16,6>"), x)
+    b = mc.run(mc.compile(ext, precision="fixed<16,6>"), x)
+    assert np.array_equal(a, b)
+
+
+def test_gelu_with_its_constants_in_external_data_is_fused(tmp_path):
+    """The erf Gelu's constants (1/sqrt(2), 1, 0.5) as external initializers: still one Lut."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    c = {"w": rng.normal(size=(4, 6)).astype(np.float32), "r2": np.float32(np.sqrt(2.0)),
+         "one": np.float32(1.0), "half": np.float32(0.5),
+         "w2": rng.normal(size=(6, 3)).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Div", ["h", "r2"], ["d"]),
+             helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]),
+             helper.make_node("Mul", ["h", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["g"]),
+             helper.make_node("MatMul", ["g", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["n", 3])],
+        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in c.items()])
+    path = tmp_path / "gelu.onnx"
+    onnx.save_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                    str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="gelu.onnx.data", size_threshold=0)
+    ir = mc.load_onnx(path)
+    assert any(n.op == "Lut" and n.get("func") == "gelu" for n in ir.nodes)

@@ -266,13 +266,14 @@ def _attention_direct(m: OnnxModel, sm: onnx.NodeProto, mm1: onnx.NodeProto,
     out.new_nodes.append((mm2, [node]))
 
 
-def fuse(model: onnx.ModelProto) -> onnx.ModelProto:
+def fuse(model: onnx.ModelProto, base_dir: str | bytes | None = None) -> onnx.ModelProto:
     """The model with attention and Gelu patterns fused (module docstring); the model itself
-    when there is none. GraphError (one line, naming the node) for what is refused."""
+    when there is none. GraphError (one line, naming the node) for what is refused.
+    `base_dir`: the model's folder, where initializers kept in external data are read."""
     ops = {n.op_type for n in model.graph.node}
     if not ops & {"Softmax", "Erf", "Tanh"}:
         return model
-    m = OnnxModel(model)
+    m = OnnxModel(model, base_dir)
     out = Fused()
     info = shapes(model) if "Softmax" in ops else {}
     m.info = info

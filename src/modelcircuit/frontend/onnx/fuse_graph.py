@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ...graphs import limits
 from ...graphs.ir import GraphError
-from .io import q
+from .io import q, tensor_value
 
 DOMAIN = "modelcircuit.fused"
 
@@ -25,8 +25,9 @@ DOMAIN = "modelcircuit.fused"
 class OnnxModel:
     """The ONNX graph as maps: producers, consumers, constants, which tensors are dynamic."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, base_dir: str | bytes | None = None) -> None:
         self.model = model
+        self.base_dir = base_dir  # the model's folder: where external tensor data is read
         g = model.graph
         self.inits = {t.name: t for t in g.initializer}
         self.inputs = [vi.name for vi in g.input if vi.name not in self.inits]
@@ -106,7 +107,7 @@ class OnnxModel:
         used = {i for n in nodes for i in n.input}
         inits = []
         for k in sorted(used & set(self.inits)):
-            v = numpy_helper.to_array(self.inits[k])
+            v = self.init_value(k)
             inits.append(numpy_helper.from_array(v.astype(np.float64) if v.dtype == np.float32
                                                  else v, k))
         ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
@@ -122,9 +123,14 @@ class OnnxModel:
             res = ReferenceEvaluator(m).run(None, feeds)
         return [np.asarray(r) for r in res]
 
+    def init_value(self, t: str) -> np.ndarray:
+        """An initializer's values, external data included (read, checked, as the importer
+        reads it: io.tensor_value)."""
+        return tensor_value(self.inits[t], f"initializer {q(t)}", self.base_dir)
+
     def value(self, t: str) -> np.ndarray:
         if t in self.inits:
-            return numpy_helper.to_array(self.inits[t])
+            return self.init_value(t)
         return self.evaluate([t], {})[0]
 
 

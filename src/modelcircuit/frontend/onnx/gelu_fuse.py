@@ -87,7 +87,7 @@ def gelu_fuse(m: OnnxModel, n: onnx.NodeProto, out: Fused) -> None:
                 continue
             grid = np.concatenate([np.linspace(-8, 8, 641), [-30.0, -12.0, 12.0, 30.0]])
             try:
-                sub = OnnxModel(m.model)
+                sub = OnnxModel(m.model, m.base_dir)
                 got = sub.evaluate([z], {x: grid})[0].astype(np.float64)
             except Exception:
                 continue

@@ -147,7 +147,8 @@ class _Importer(ImportState):
     # -- the walk --------------------------------------------------------------
     def run(self) -> Graph:
         self.opset = check_model(self.model)
-        self.model = fuse(self.model)  # attention and Gelu patterns (attention.py)
+        # attention and Gelu patterns (attention.py); they read external data as the walk does
+        self.model = fuse(self.model, self.base_dir)
         self.g = self.model.graph
         inits = self.load_initializers()
         inputs = self.load_inputs(inits)
