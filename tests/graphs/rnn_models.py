@@ -23,12 +23,15 @@ def rnn_model(op: str = "LSTM", t: int = 7, f: int = 3, h: int = 5, seed: int = 
               betas: list[float] | None = None, h0: bool = False, c0: bool = False,
               output: str = "Y", direction: str = "forward", peephole: bool = False,
               seq_lens: str | None = None, h0_input: bool = False, input_forget: int = 0,
-              batch: int | str = "N", scale: float = 0.5, opset: int = 17) -> onnx.ModelProto:
+              batch: int | str = "N", scale: float = 0.5, opset: int = 17,
+              seq_batch: int | str = 1, shape_h0: bool = False) -> onnx.ModelProto:
     """wrap: "transpose" (input (N, T, F) -> Transpose [1, 0, 2]: torch batch_first), "seq"
     (input (T, N, F) straight in), "layout1" (input (N, T, F), layout=1). output: "Y" (the
     sequence, back to (N, T, H) then head), "Y_h", "Y_c" (the last state, squeezed, then
     head). head: "last" (Gather of the last step -> Gemm; Y only), "seq" (MatMul + Add on
-    every step; Y only), "none"."""
+    every step; Y only), "none". seq_batch: the batch dimension of the "seq" input (fixed, or
+    symbolic as torch writes it). shape_h0: a zero initial_h (and initial_c) of the batch's
+    size, made from Shape(X) as torch writes `torch.zeros(layers, x.size(1), H)`."""
     rng = np.random.default_rng(seed)
     g = GATES[op]
     nd = 2 if direction == "bidirectional" else 1
@@ -42,7 +45,7 @@ def rnn_model(op: str = "LSTM", t: int = 7, f: int = 3, h: int = 5, seed: int = 
         nodes.append(helper.make_node("Transpose", ["x"], ["xt"], name="tin", perm=[1, 0, 2]))
         xname = "xt"
     elif wrap == "seq":
-        xin = helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, 1, f])
+        xin = helper.make_tensor_value_info("x", TensorProto.FLOAT, [t, seq_batch, f])
         xname = "x"
     else:
         xin = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, t, f])
@@ -67,6 +70,18 @@ def rnn_model(op: str = "LSTM", t: int = 7, f: int = 3, h: int = 5, seed: int = 
     if h0_input:
         extra_inputs.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, hshape))
         ins[5] = "h0"
+    if shape_h0:
+        inits += [_init("bax", np.array([0 if layout else 1], np.int64)),
+                  _init("one", np.array([1], np.int64)), _init("hid", np.array([h], np.int64))]
+        nodes += [helper.make_node("Shape", [xname], ["xs"], name="xshape"),
+                  helper.make_node("Gather", ["xs", "bax"], ["nb"], name="nb", axis=0),
+                  helper.make_node("Concat", ["nb", "one", "hid"] if layout else
+                                   ["one", "nb", "hid"], ["hs"], name="hs", axis=0),
+                  helper.make_node("ConstantOfShape", ["hs"], ["z0"], name="z0",
+                                   value=numpy_helper.from_array(np.zeros(1, np.float32)))]
+        ins[5] = "z0"
+        if op == "LSTM":
+            ins[6] = "z0"
     if op == "LSTM" and c0:
         inits.append(_init("c0", (rng.normal(size=hshape) * 0.3).astype(np.float32)))
         ins[6] = "c0"

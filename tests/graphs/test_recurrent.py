@@ -27,6 +27,12 @@ FLOAT_CASES = {
     "gru_lbr1_clip_seq": dict(op="GRU", lbr=1, clip=0.5, wrap="seq", head="seq", scale=1.2),
     "gru_yh": dict(op="GRU", lbr=1, output="Y_h", t=12, f=8, h=12),
     "lstm_const_lens": dict(op="LSTM", seq_lens="const"),
+    # torch's batch_first=False export: (T, batch, F) with a symbolic batch, zero states made
+    # from Shape(x) (the batch is dimension 1)
+    "lstm_seq_first_dyn_batch": dict(op="LSTM", wrap="seq", seq_batch="batch", shape_h0=True),
+    "gru_seq_first_dyn_batch": dict(op="GRU", lbr=1, wrap="seq", seq_batch="batch",
+                                    shape_h0=True, head="seq"),
+    "lstm_shape_h0": dict(op="LSTM", shape_h0=True),
 }
 
 

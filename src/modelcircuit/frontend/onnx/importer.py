@@ -72,7 +72,7 @@ from .io import (
 )
 from .layout import attrs
 from .quant import bipolar, quant, trunc
-from .recurrent import run_time_input
+from .recurrent import run_time_input, sequence_first_view
 from .spatial import conv, pad_folds, padded_reader, pool
 from .state import SUPPORTED_OPS, ImportState
 
@@ -129,12 +129,13 @@ class _Importer(ImportState):
             if vi.name in inits:
                 check_input_initializer(vi, inits[vi.name])
                 continue
+            view = sequence_first_view(self, vi)  # (T, N, F) into an LSTM/GRU: N is dim 1
             try:
-                per = input_shape(vi)
+                per = input_shape(view)
             except Unsupported:
                 run_time_input(self, vi.name)  # an LSTM/GRU's lengths: name that node
                 raise
-            batches.add(input_batch(vi))
+            batches.add(input_batch(view))
             self.check_shape(None, vi.name, per, "input")
             self.shapes[vi.name] = per
             self.defined[vi.name] = "a graph input"

@@ -367,6 +367,33 @@ def _reshape_full(im: ImportState, node: onnx.NodeProto, full: list[int], b_in: 
     return None
 
 
+def sequence_first_view(im: ImportState, vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    """A rank-3 graph input whose values only layout-0 LSTM/GRU nodes read, as X, is (T, N, F)
+    (torch's batch_first=False): its batch is dimension 1, often symbolic. The checks of graph
+    inputs (checks.input_shape, input_batch) take the batch first, so they get a copy with
+    dimensions 0 and 1 swapped, and the input is marked sequence-first at once, so that a
+    Shape read before the LSTM/GRU (torch's zero initial state for the batch) sees
+    (T, N, F). Any other input is returned as it is."""
+    readers = [n for n in im.g.node if vi.name in n.input and n.op_type not in ("Shape", "Size")]
+    tt = vi.type.tensor_type
+    if not readers or not tt.HasField("shape") or len(tt.shape.dim) != 3 or any(
+            n.op_type not in OPS or n.domain not in ("", "ai.onnx") or n.input[0] != vi.name
+            or vi.name in list(n.input)[1:] or int(attrs(n).get("layout", 0)) != 0
+            for n in readers):
+        return vi
+    view = onnx.ValueInfoProto()
+    view.CopyFrom(vi)
+    dims = view.type.tensor_type.shape.dim
+    d0, d1 = onnx.TensorShapeProto.Dimension(), onnx.TensorShapeProto.Dimension()
+    d0.CopyFrom(dims[0])
+    d1.CopyFrom(dims[1])
+    dims[0].CopyFrom(d1)
+    dims[1].CopyFrom(d0)
+    im.swapped[vi.name] = ((1, 0, 2), f"graph input {show(vi.name)} (sequence-first for "
+                           f"{im.label(readers[0])})")
+    return view
+
+
 def run_time_input(im: ImportState, name: str) -> None:
     """A graph input of another dtype than float32 that an LSTM/GRU reads as sequence_lens or
     an initial state: refused naming that node (the usual dtype refusal names the input)."""
@@ -379,4 +406,4 @@ def run_time_input(im: ImportState, name: str) -> None:
                             else "constant values in the model are supported"))
 
 
-__all__ = ["OPS", "recurrent", "run_time_input", "swapped_move"]
+__all__ = ["OPS", "recurrent", "run_time_input", "sequence_first_view", "swapped_move"]
