@@ -265,3 +265,68 @@ def test_gelu_with_its_constants_in_external_data_is_fused(tmp_path):
                     location="gelu.onnx.data", size_threshold=0)
     ir = mc.load_onnx(path)
     assert any(n.op == "Lut" and n.get("func") == "gelu" for n in ir.nodes)
+
+
+def _one_head_mha_model(heads: int) -> onnx.ModelProto:
+    """torch's nn.MultiheadAttention(batch_first=True) as the dynamo exporter writes it
+    (hand-written): x (N, T, D) -> Transpose to (T, N, D) -> the packed in-projection, sliced
+    into q/k/v -> Reshape to
+    (T, N*H, d) -> Transpose, Reshape to (N*H, T, d) heads -> scores, Softmax, P V -> Transpose ->
+    Reshape (T*N, D) -> out-projection Gemm -> Reshape (T, N, D) -> Transpose back. With one
+    head the (N*1, T, d) heads look like batch-first projections."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    t, d = 5, 8
+    rng = np.random.default_rng(7)
+    c = {f"w{n}": (rng.normal(size=(d, k * d)) * 0.4).astype(np.float32)
+         for n, k in (("in", 3), ("o", 1))}
+    c.update({f"b{n}": (rng.normal(size=k * d) * 0.1).astype(np.float32)
+              for n, k in (("in", 3), ("o", 1))})
+    c.update({f"at{i}": np.array([i * d], np.int64) for i in range(4)})
+    c["last"] = np.array([2], np.int64)
+    c["heads_shape"] = np.array([t, -1, d // heads], np.int64)
+    c["nh_shape"] = np.array([-1, t, d // heads], np.int64)
+    c["flat"] = np.array([-1, d], np.int64)
+    c["tnd"] = np.array([t, -1, d], np.int64)
+    c["sc"] = np.array((d // heads) ** -0.25, np.float32)
+    mk = helper.make_node
+    nodes = [mk("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             mk("MatMul", ["xt", "win"], ["pm"]), mk("Add", ["pm", "bin"], ["pr"])]
+    for i, n in enumerate("qkv"):
+        nodes += [mk("Slice", ["pr", f"at{i}", f"at{i + 1}", "last"], [n]),
+                  mk("Reshape", [n, "heads_shape"], [f"{n}r"]),
+                  mk("Transpose", [f"{n}r"], [f"{n}tr"], perm=[1, 0, 2]),
+                  mk("Reshape", [f"{n}tr", "nh_shape"], [f"{n}h"])]
+    nodes += [mk("Mul", ["qh", "sc"], ["qs"]),
+              mk("Transpose", ["kh"], ["kt"], perm=[0, 2, 1]), mk("Mul", ["kt", "sc"], ["ks"]),
+              mk("MatMul", ["qs", "ks"], ["s"]), mk("Softmax", ["s"], ["p"], axis=-1),
+              mk("MatMul", ["p", "vh"], ["o"]),
+              mk("Transpose", ["o"], ["ot"], perm=[1, 0, 2]),
+              mk("Reshape", ["ot", "flat"], ["of"]),
+              mk("Gemm", ["of", "wo", "bo"], ["og"]),
+              mk("Reshape", ["og", "tnd"], ["otnd"]),
+              mk("Transpose", ["otnd"], ["y"], perm=[1, 0, 2])]
+    g = helper.make_graph(nodes, "mha", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", t, d])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["n", t, d])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in c.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_multihead_attention_layout_of_any_head_count(heads, tmp_path):
+    """One head: the heads (N*1, T, d) look batch-first, but the output goes back through
+    the (T*N, D) out-projection; the pattern is read by the general walk, not refused."""
+    import onnxruntime as ort
+
+    m = _one_head_mha_model(heads)
+    path = tmp_path / "mha.onnx"
+    onnx.save(m, str(path))
+    g = mc.load_onnx(path)
+    assert [str(n.op) for n in g.nodes].count("Attention") == 1
+    c = mc.compile(g, precision="float32")
+    x = _x(g, 6, 0)
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = s.run(None, {"x": x})[0].astype(np.float64)
+    assert_float32_close(np.asarray(mc.run(c, x), dtype=np.float64).reshape(want.shape), want,
+                         c, x, "golden - onnxruntime")

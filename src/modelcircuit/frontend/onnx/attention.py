@@ -101,9 +101,8 @@ def _attention(m: OnnxModel, sm: onnx.NodeProto, info: dict, out: Fused, k: int)
     dq = direct(m, mm1.input[0], bsz, False, rng0)
     dk_ = direct(m, mm1.input[1], bsz, True, rng0) if dq else None
     dv = direct(m, mm2.input[1], bsz, False, rng0) if dk_ else None
-    if dq and dk_ and dv:
-        _attention_direct(m, sm, mm1, mm2, s_scale, mask, s_nodes, (dq, dk_, dv), bsz, out,
-                          rng0)
+    if dq and dk_ and dv and _attention_direct(m, sm, mm1, mm2, s_scale, mask, s_nodes,
+                                               (dq, dk_, dv), bsz, out, rng0):
         return
     pq = walk_back(m, mm1.input[0], mm1, "query")
     pk = walk_back(m, mm1.input[1], mm1, "key")
@@ -229,9 +228,13 @@ def _mask(m: OnnxModel, sm: onnx.NodeProto, mask: str | None, t: int) -> np.ndar
 def _attention_direct(m: OnnxModel, sm: onnx.NodeProto, mm1: onnx.NodeProto,
                       mm2: onnx.NodeProto, s_scale: float, mask: str | None,
                       s_nodes: list[onnx.NodeProto], srcs: tuple, b: int, out: Fused,
-                      rng: np.random.Generator) -> None:
+                      rng: np.random.Generator) -> bool:
     """q, k, v are layouts of batch-first projections (SDPA-style exports, QAT models with
-    quantizers on the projections): the Attention reads them as they are."""
+    quantizers on the projections): the Attention reads them as they are. False (nothing
+    changed) when the heads are not merged back into a batch-first tensor by layout ops
+    alone: then the general walk and fit reads the pattern (one head of torch's
+    MultiheadAttention: its (N*1, T, d) heads look batch-first, but the output goes back
+    through the (T*N, D) out-projection)."""
     (pq, cq, nq, hq, arr, sq), (pk, ck, nk, hk, _, _), (pv, cv, nv, hv, arr_v, sv) = srcs
     dq, dk, dv = (deps(m, t) for t in (pq, pk, pv))
     t = m.info[pq][1]
@@ -248,9 +251,7 @@ def _attention_direct(m: OnnxModel, sm: onnx.NodeProto, mm1: onnx.NodeProto,
         raise err(mm1, f"the scores' scale {scale} is not a positive number")
     o = direct_out(m, mm2, b, arr_v, tuple(sq[:-1]) + (sv[-1],), rng)
     if o is None:
-        raise err(mm2, "the attention's heads are not merged back into a batch-first (N, T, "
-                   "D) sequence by layout ops (layout not recognised; batch_first=True "
-                   "expected)")
+        return False
     y, f_nodes = o
     mask_v = _mask(m, sm, mask, t)
     ins = [pq, pk, pv]
@@ -264,6 +265,7 @@ def _attention_direct(m: OnnxModel, sm: onnx.NodeProto, mm1: onnx.NodeProto,
     for n in nq + nk + nv + s_nodes + [mm1, sm, mm2] + f_nodes:
         out.remove.add(id(n))
     out.new_nodes.append((mm2, [node]))
+    return True
 
 
 def fuse(model: onnx.ModelProto, base_dir: str | bytes | None = None) -> onnx.ModelProto:
