@@ -210,3 +210,52 @@ def test_too_wide_state_is_a_compile_error(tmp_path) -> None:
     with pytest.raises(GraphError, match=r"node rnn \(LSTM\): the gate accumulator needs "
                        r"\d+ bits, over the 62-bit limit"):
         mc.compile(g, precision="fixed<31,8>")
+
+
+def _stacked_h_n_model(op: str) -> object:
+    """torch's nn.LSTM/GRU(num_layers=2, batch_first=True) -> h_n[-1] -> Linear, as the
+    exporters write it: layer 2 reads layer 1's squeezed Y; h_n is the Concat of both layers'
+    Y_h along the layer axis, then a Gather of the last layer."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    t, f, h, g = 6, 3, 5, {"LSTM": 4, "GRU": 3}[op]
+    rng = np.random.default_rng(5)
+
+    def init(name, shape, s=0.5):
+        return numpy_helper.from_array((rng.normal(size=shape) * s).astype(np.float32), name)
+
+    inits = [init("W1", (1, g * h, f)), init("R1", (1, g * h, h)), init("B1", (1, 2 * g * h)),
+             init("W2", (1, g * h, h)), init("R2", (1, g * h, h)), init("B2", (1, 2 * g * h)),
+             init("Wf", (2, h)), init("bf", (2,), 0.1),
+             numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+             numpy_helper.from_array(np.array(-1, np.int64), "last")]
+    extra = {"linear_before_reset": 1} if op == "GRU" else {}
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node(op, ["xt", "W1", "R1", "B1"], ["y1", "h1"], hidden_size=h,
+                              name="l1", **extra),
+             helper.make_node("Squeeze", ["y1", "ax1"], ["y1s"]),
+             helper.make_node(op, ["y1s", "W2", "R2", "B2"], ["y2", "h2"], hidden_size=h,
+                              name="l2", **extra),
+             helper.make_node("Concat", ["h1", "h2"], ["hn"], axis=0, name="hn"),
+             helper.make_node("Gather", ["hn", "last"], ["hl"], axis=0),
+             helper.make_node("Gemm", ["hl", "Wf", "bf"], ["out"], transB=1)]
+    gr = helper.make_graph(nodes, "stacked", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", t, f])], [helper.make_tensor_value_info(
+            "out", TensorProto.FLOAT, ["N", 2])], inits)
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_stacked_layers_h_n_concat(op: str, tmp_path) -> None:
+    """h_n of two stacked layers (a Concat of the layers' Y_h, sequence-first) imports and
+    matches onnxruntime; fixed point runs."""
+    m = _stacked_h_n_model(op)
+    g = _load(tmp_path, m)
+    assert [n.op for n in g.nodes].count(op) == 2
+    c = mc.compile(g, precision="float32")
+    x = _x({"t": 6, "f": 3})
+    want = ort_run(m, x)
+    assert_float32_close(np.asarray(mc.run(c, x)), want, c, x, f"golden - onnxruntime ({op})")
+    assert np.all(np.isfinite(mc.run(mc.compile(g, precision="fixed<16,6>"), x)))

@@ -15,7 +15,8 @@ sequence of its states (graphs/recurrent.py). Layouts:
   states (pruned unless used).
 - `swapped_move`: Squeeze, Unsqueeze, Reshape and Gather of a swapped tensor that keep the
   order of the per-sample axes (only axes of size 1 come and go, or a Gather on a per-sample
-  axis), and MatMul by a constant on its last axis (a token-wise Dense; `matmul`: its handler).
+  axis), a Concat of tensors in the same layout on a per-sample axis (h_n of stacked layers),
+  and MatMul by a constant on its last axis (a token-wise Dense; `matmul`: its handler).
 
 Refused, in one line naming the node: bidirectional or reverse direction, peepholes (P),
 input_forget, sequence_lens given at run time (or shorter than the sequence), initial states
@@ -328,11 +329,38 @@ def swapped_move(im: ImportState, node: onnx.NodeProto, x: str,
         b_out = b_in - 1 + iv.ndim if ax < b_in else b_in
         _set_layout(im, node.output[0], b_out, len(out) + 1, label)
         return True
+    if op == "Concat":
+        return _swapped_concat(im, node, tuple(perm), label, b_in, full)
     if op == "MatMul" and b_in != len(full) - 1:
         matmul(im, node)
         im.swapped[node.output[0]] = (tuple(perm), label)
         return True
     return False
+
+
+def _swapped_concat(im: ImportState, node: onnx.NodeProto, perm: tuple[int, ...], label: str,
+                    b_in: int, full: list[int]) -> bool:
+    """Concat of tensors in one sequence-first layout along an axis that is not the batch
+    (torch's h_n of a stacked LSTM/GRU: each layer's Y_h (1, N, H) joined along the layer
+    axis): an IR Concat on the per-sample axis, the output in the same layout."""
+    ins = [i for i in node.input if i]
+    if any(i not in im.swapped or tuple(im.swapped[i][0]) != perm for i in ins):
+        return False
+    ax = int(attrs(node).get("axis", 0))
+    ax = ax + len(full) if ax < 0 else ax
+    if not 0 <= ax < len(full) or ax == b_in:
+        return False
+    pa = ax if ax < b_in else ax - 1
+    shapes = [act_shape(im, i) for i in ins]
+    if any(len(t) != len(shapes[0]) or any(a != b for k, (a, b) in
+                                           enumerate(zip(t, shapes[0], strict=True)) if k != pa)
+           for t in shapes):
+        return False
+    out = list(shapes[0])
+    out[pa] = sum(t[pa] for t in shapes)
+    im.emit(node, "Concat", ins, node.output[0], tuple(out), axis=pa)
+    im.swapped[node.output[0]] = (perm, label)
+    return True
 
 
 def _reshape_full(im: ImportState, node: onnx.NodeProto, full: list[int], b_in: int
