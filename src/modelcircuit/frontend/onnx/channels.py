@@ -29,6 +29,9 @@ from .layout import (
     concat,
     flatten_target,
     reshape_target,
+    reshape_to,
+    squeeze_target,
+    unsqueeze_target,
 )
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ SPATIAL_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMax
                "Resize", "ReduceMean")
 _FOLLOW = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Selu", "Identity", "Dropout", "Cast",
            "Clip", "HardSigmoid", "HardSwish")
+_RESHAPES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
 
 
 def to_cl(r: int) -> list[int]:
@@ -221,6 +225,12 @@ def layout_consumer(im: ImportState, node: onnx.NodeProto, handle, binary) -> No
             return _batchnorm_marked(im, node)
         if std and op in ("Flatten", "Reshape") and len(acts) == 1 and _flattens(im, node):
             return _flatten_marked(im, node)
+        if std and op in _RESHAPES and len(acts) == 1 and node.input[0] in im.cf:
+            t = _spatial_reshape(im, node)
+            if t is not None:
+                reshape_to(im, node, node.input[0], (1, *t[1:], t[0]))
+                im.cf.add(node.output[0])
+                return None
     if fp and len(fp) == len(acts) == 1 and not cf:
         if std and op in ("MatMul", "Gemm") and node.input[0] in im.flat_perm:
             return _dense_permuted(im, node, handle)
@@ -374,6 +384,23 @@ def _flattens(im: ImportState, node: onnx.NodeProto) -> bool:
     shp = (1,) + onnx_shape(im, node.input[0])
     t = (flatten_target if node.op_type == "Flatten" else reshape_target)(im, node, shp)
     return len(t) == 2 and t[0] == 1
+
+
+def _spatial_reshape(im: ImportState, node: onnx.NodeProto) -> tuple[int, ...] | None:
+    """The ONNX per-sample target (C, *S') of a Flatten/Reshape/Squeeze/Unsqueeze of a marked
+    frame (C, *S) that keeps the channels first and only adds or drops spatial axes of size 1
+    (torch.export's AdaptiveAvgPool1d: Unsqueeze, ReduceMean, Squeeze), else None. Its
+    channels-last storage (*S', C) holds the values in the order of (*S, C): an IR Reshape,
+    the output marked too, instead of a Transpose to ONNX layout and back."""
+    oshp = onnx_shape(im, node.input[0])
+    target = {"Flatten": flatten_target, "Reshape": reshape_target,
+              "Squeeze": squeeze_target, "Unsqueeze": unsqueeze_target}[node.op_type]
+    t = tuple(target(im, node, (1, *oshp))[1:])
+    if not 2 <= len(t) <= 3 or t[0] != oshp[0]:  # an IR frame: (L, C) or (H, W, C)
+        return None
+    if [d for d in t[1:] if d != 1] != [d for d in oshp[1:] if d != 1]:
+        return None
+    return t
 
 
 def _flatten_marked(im: ImportState, node: onnx.NodeProto) -> None:

@@ -135,7 +135,7 @@ def reshape(im: ImportState, node: onnx.NodeProto) -> None:
     x = node.input[0]
     shp = (1,) + act_shape(im, x)
     target = {"Flatten": flatten_target, "Reshape": reshape_target,
-              "Squeeze": _squeeze_target, "Unsqueeze": _unsqueeze_target}[node.op_type]
+              "Squeeze": squeeze_target, "Unsqueeze": unsqueeze_target}[node.op_type]
     reshape_to(im, node, x, target(im, node, shp))
 
 
@@ -207,7 +207,7 @@ def axes_of(im: ImportState, node: onnx.NodeProto) -> Any:
     return axes
 
 
-def _squeeze_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
+def squeeze_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
                     ) -> tuple[int, ...]:
     axes = axes_of(im, node)
     axes = (norm_axes(im, node, list(axes), len(shp)) if axes
@@ -220,7 +220,7 @@ def _squeeze_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
     return tuple(d for i, d in enumerate(shp) if i not in axes)
 
 
-def _unsqueeze_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
+def unsqueeze_target(im: ImportState, node: onnx.NodeProto, shp: tuple[int, ...]
                       ) -> tuple[int, ...]:
     axes = axes_of(im, node)
     if not axes:

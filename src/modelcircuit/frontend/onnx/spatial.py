@@ -343,18 +343,22 @@ def padded_reader(im: ImportState, node: onnx.NodeProto) -> onnx.NodeProto:
 
 def reduce_mean(im: ImportState, node: onnx.NodeProto) -> None:
     """ReduceMean over every spatial axis of a channels-first frame (torch.export's global
-    average pool), keepdims=1: the GlobalAveragePool it equals."""
+    average pool): the GlobalAveragePool it equals; with keepdims=0 (PyTorch's
+    `x.mean((2, 3))`) followed by the Reshape to (N, C) that drops the 1x1 frame."""
     a = attrs(node)
     x = node.input[0]
     rank = len(onnx_shape(im, x)) + 1
     axes = ([int(v) for v in a["axes"]] if "axes" in a else
             _int_list(im, node, 1, "axes") if im.opset >= 18 else None)
     axes = sorted({ax % rank for ax in axes}) if axes else None
-    if axes != list(range(2, rank)) or rank < 3 or not int(a.get("keepdims", 1)):
+    if axes != list(range(2, rank)) or rank < 3:
         raise im.unsupported(node, "axes", f"ReduceMean over axes {axes} (keepdims "
                      f"{int(a.get('keepdims', 1))}) of a rank-{rank} tensor: only the mean "
-                     "over all spatial axes of an (N, C, ...) frame with keepdims=1 (a global "
-                     "average pool) is supported")
-    gap = onnx.helper.make_node("GlobalAveragePool", [x], list(node.output[:1]),
-                                name=node.name)
-    pool(im, gap)
+                     "over all spatial axes of an (N, C, ...) frame (a global average pool) "
+                     "is supported")
+    keep = int(a.get("keepdims", 1))
+    out = node.output[0] if keep else im.fresh(f"{node.output[0]}_pooled")
+    pool(im, onnx.helper.make_node("GlobalAveragePool", [x], [out], name=node.name))
+    if not keep:  # the pooled frame is (1, ..., C): the same values in ONNX's (C,) order
+        ch = act_shape(im, out)[-1]
+        im.emit(node, "Reshape", [out], node.output[0], (ch,), shape=[ch])
