@@ -169,6 +169,47 @@ def test_clip_circuit_bit_exact():
 
 
 # -- channels-first input: the host reorders ------------------------------------------------
+@pytest.mark.parametrize("op, k, s, pads, cip", [
+    ("MaxPool", 3, 2, 1, 0),          # ResNet/GoogLeNet stem: MaxPool2d(3, 2, 1, ceil_mode=True)
+    ("MaxPool", 2, 2, 0, 0),
+    ("AveragePool", 3, 2, 0, 1),      # no padding: the partial window divides by its inside
+    ("AveragePool", 2, 2, 1, 0),
+    ("AveragePool", 2, 2, 1, 1),      # no partial window (9 + 2 - 2 = 9): the last is dropped
+])
+def test_pool_ceil_mode_partial_window_equals_onnxruntime(op, k, s, pads, cip, tmp_path):
+    """ceil_mode=1 with a partial last window (was refused): more end padding, left out of
+    the max and of the mean's divisor; a window that would start in the end padding is
+    dropped (PyTorch's rule, which onnxruntime follows). 9x7 frame, so both axes have one."""
+    from tests.conftest import assert_float32_close
+
+    extra = {"count_include_pad": cip} if op == "AveragePool" else {}
+    hw = (9, 7)
+    oh = [-(-(d + 2 * pads - k) // s) + 1 for d in hw]
+    oh = [n - 1 if (n - 1) * s >= d + pads else n for n, d in zip(oh, hw, strict=True)]
+    nodes = [helper.make_node(op, ["x"], ["y"], kernel_shape=[k, k], strides=[s, s],
+                              pads=[pads] * 4, ceil_mode=1, **extra)]
+    p = _save(_onnx(nodes, (2, *hw), (2, *oh)), tmp_path)
+    x = np.random.default_rng(12).normal(size=(3, 2, *hw)).astype(np.float32)
+    want = _ort(p, x)
+    assert want.shape[2:] == tuple(oh)
+    c = mc.compile(mc.load_onnx(p), precision="float32")
+    assert_float32_close(np.asarray(mc.run(c, x)), want, c, x)
+    c = mc.compile(mc.load_onnx(p), precision="fixed<16,6>")
+    np.testing.assert_array_equal(mc.run(c, x, backend="gpu-emu", codes=True),
+                                  mc.run(c, x, codes=True))
+
+
+def test_avgpool_ceil_mode_with_counted_padding_refused_in_one_line(tmp_path):
+    from modelcircuit.util.errors import GraphError
+
+    nodes = [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1)]
+    p = _save(_onnx(nodes, (2, 8, 8), (2, 5, 5)), tmp_path)
+    with pytest.raises(GraphError, match="ceil_mode=1 .* count_include_pad=1") as e:
+        mc.load_onnx(p)
+    assert "\n" not in str(e.value)
+
+
 def test_conv1d_global_pool_through_unsqueeze_stays_channels_last(tmp_path):
     """torch.export's AdaptiveAvgPool1d(1) after a Conv1d: Unsqueeze to (N, C, 1, L),
     ReduceMean over [-1, -2], Squeeze, Reshape. The size-1 axes are added and dropped on the
@@ -199,6 +240,36 @@ def test_conv1d_global_pool_through_unsqueeze_stays_channels_last(tmp_path):
                                   mc.run(c, x, codes=True))
     c = mc.compile(mc.load_onnx(p), precision="float32")
     assert_float32_close(np.asarray(mc.run(c, x)), _ort(p, x), c, x)
+
+
+@pytest.mark.parametrize("group, k", [(2, (3, 3)), (4, (1, 3))])
+def test_grouped_conv_equals_onnxruntime(group, k, tmp_path):
+    """A grouped Conv (1 < group < Cin, ResNeXt / ShuffleNet; was refused) is the Conv with
+    group 1 whose weight is zero outside each group's block: float32 golden == onnxruntime,
+    gpu-emu == golden in fixed point, and each output channel reads only its group."""
+    from tests.conftest import assert_float32_close
+
+    rng = np.random.default_rng(6)
+    cin, cout = 8, 12
+    w = rng.normal(size=(cout, cin // group, *k)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(rng.normal(size=cout).astype(np.float32), "b")]
+    pads = [kk // 2 for kk in k] * 2
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=group, pads=pads),
+             helper.make_node("Relu", ["c"], ["y"])]
+    p = _save(_onnx(nodes, (cin, 5, 6), (cout, 5, 6), inits), tmp_path)
+    x = rng.normal(size=(3, cin, 5, 6)).astype(np.float32)
+    c = mc.compile(mc.load_onnx(p), precision="float32")
+    assert_float32_close(np.asarray(mc.run(c, x)), _ort(p, x), c, x)
+    c = mc.compile(mc.load_onnx(p), precision="fixed<16,6>")
+    np.testing.assert_array_equal(mc.run(c, x, backend="gpu-emu", codes=True),
+                                  mc.run(c, x, codes=True))
+    conv = next(n for n in c.graph.nodes if str(n.op) == "Conv")
+    wt = c.graph.constants[conv.inputs[1]]
+    assert conv.get("group") == 1 and wt.shape == (*k, cin, cout)
+    blocks = np.abs(wt).sum(axis=tuple(range(len(k)))).reshape(group, cin // group, group,
+                                                                 cout // group).sum(axis=(1, 3))
+    assert np.count_nonzero(blocks) == group and np.all(np.diag(blocks) > 0)
 
 
 def test_nchw_model_circuit_input_is_raster_order_pixels(tmp_path):
@@ -361,7 +432,7 @@ def test_pad_not_foldable_is_refused_in_one_line(case, match, tmp_path):
     assert "\n" not in str(e.value) and "pad_0" in str(e.value)
 
 
-def _reduce_mean_model(axes, keepdims: int = 1) -> onnx.ModelProto:
+def _reduce_mean_model(axes, keepdims: int = 1, op: str = "ReduceMean") -> onnx.ModelProto:
     rng = np.random.default_rng(9)
     inits = [numpy_helper.from_array(np.array(axes, np.int64), "axes"),
              numpy_helper.from_array(rng.normal(size=(4, 3, 3, 3)).astype(np.float32), "w"),
@@ -369,25 +440,30 @@ def _reduce_mean_model(axes, keepdims: int = 1) -> onnx.ModelProto:
              numpy_helper.from_array(np.array([-1, 4], np.int64), "shape")]
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("ReduceMean", ["r", "axes"], ["m"], keepdims=keepdims),
+             helper.make_node(op, ["r", "axes"], ["m"], keepdims=keepdims),
              helper.make_node("Reshape", ["m", "shape"], ["f"]),
              helper.make_node("Gemm", ["f", "fc"], ["y"], transB=1)]
     return _onnx(nodes, (3, 6, 5), (5,), inits, 18)
 
 
+@pytest.mark.parametrize("op, pool", [("ReduceMean", "AvgPool"), ("ReduceMax", "MaxPool")])
 @pytest.mark.parametrize("keepdims", [1, 0])
-def test_reduce_mean_spatial_is_global_average_pool(keepdims, tmp_path):
-    """torch.export's global average pool (ReduceMean over axes [-1, -2], keepdims=1, opset
-    18) and PyTorch's `x.mean((2, 3))` (keepdims=0, both exporters) -> the IR's global
-    AvgPool; float32 golden == onnxruntime within the bound."""
+def test_reduce_mean_spatial_is_global_average_pool(keepdims, op, pool, tmp_path):
+    """torch.export's global average / max pool (ReduceMean / ReduceMax over axes [-1, -2],
+    keepdims=1, opset 18) and PyTorch's `x.mean((2, 3))` / `x.amax((2, 3))` (keepdims=0, both
+    exporters) -> the IR's global AvgPool / MaxPool; float32 golden == onnxruntime within the
+    bound, gpu-emu == golden in fixed point."""
     from tests.conftest import assert_float32_close
 
-    p = _save(_reduce_mean_model([-1, -2], keepdims), tmp_path)
+    p = _save(_reduce_mean_model([-1, -2], keepdims, op), tmp_path)
     c = mc.compile(mc.load_onnx(p), precision="float32")
-    pools = [n for n in c.graph.nodes if str(n.op) == "AvgPool"]
+    pools = [n for n in c.graph.nodes if str(n.op) == pool]
     assert len(pools) == 1 and list(pools[0].get("kernel")) == [6, 5]
     x = np.random.default_rng(10).normal(size=(3, 3, 6, 5)).astype(np.float32)
     assert_float32_close(np.asarray(mc.run(c, x)), _ort(p, x), c, x)
+    c = mc.compile(mc.load_onnx(p), precision="fixed<16,6>")
+    np.testing.assert_array_equal(mc.run(c, x, backend="gpu-emu", codes=True),
+                                  mc.run(c, x, codes=True))
 
 
 @pytest.mark.parametrize("axes, keepdims", [([1], 1), ([2], 1), ([1, 2, 3], 0)])

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 CHANNELS_LAST_OPS = ("Conv", "MaxPool")
 SPATIAL_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-               "Resize", "ReduceMean")
+               "Resize", "ReduceMean", "ReduceMax")
 _FOLLOW = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Selu", "Identity", "Dropout", "Cast",
            "Clip", "HardSigmoid", "HardSwish")
 _RESHAPES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")

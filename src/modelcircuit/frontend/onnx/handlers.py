@@ -23,7 +23,7 @@ from .io import Unsupported, show
 from .layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
 from .quant import qdq
 from .recurrent import recurrent, swapped_move
-from .spatial import conv, pool, reduce_mean, resize
+from .spatial import conv, pool, reduce_spatial, resize
 
 if TYPE_CHECKING:
     from .state import ImportState
@@ -436,10 +436,10 @@ def _hard(func: str) -> Callable[[ImportState, onnx.NodeProto], None]:
 
 def _reduce_mean(im: ImportState, node: onnx.NodeProto) -> None:
     """ReduceMean over the tokens of a sequence (encoder.token_mean), else over the spatial
-    axes of a frame (spatial.reduce_mean)."""
+    axes of a frame (spatial.reduce_spatial)."""
     axes, keepdims = token_mean_axes(im, node)
     if not token_mean(im, node, axes, keepdims):
-        reduce_mean(im, node)
+        reduce_spatial(im, node)
 
 
 HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
@@ -461,6 +461,7 @@ HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "Cast": _cast,
     "Conv": conv, "MaxPool": pool, "AveragePool": pool, "GlobalAveragePool": pool,
     "GlobalMaxPool": pool, "Resize": resize, "ReduceMean": _reduce_mean,
+    "ReduceMax": reduce_spatial,
     "LayerNormalization": layer_norm, "Gelu": gelu,
     "Clip": _clip, "HardSigmoid": _hard("hardsigmoid"), "HardSwish": _hard("hardswish"),
     "LSTM": recurrent, "GRU": recurrent,

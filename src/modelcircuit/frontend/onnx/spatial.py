@@ -28,8 +28,8 @@ def _ints(a: dict, key: str, n: int, default: int) -> list[int]:
 
 def _window_attrs(im: ImportState, node: onnx.NodeProto, spatial: tuple[int, ...],
                   kernel: list[int]) -> tuple[list[int], list[int]]:
-    """(strides, pads) of a window op, checked: dilations 1, auto_pad resolved, ceil_mode
-    only where it changes nothing, every window overlapping the input."""
+    """(strides, pads) of a window op, checked: dilations 1, auto_pad resolved, every window
+    overlapping the input (a pool's ceil_mode: _ceil_pads)."""
     a = attrs(node)
     r = len(spatial)
     if len(kernel) != r or any(k < 1 for k in kernel):
@@ -65,13 +65,33 @@ def _window_attrs(im: ImportState, node: onnx.NodeProto, spatial: tuple[int, ...
         if spatial[i] + pads[i] + pads[i + r] < kernel[i]:
             raise im.err(node, f"kernel {kernel} is larger than the padded input "
                          f"{list(spatial)}")
-    if im.flag(node, a, "ceil_mode", 0):
-        for i in range(r):
-            span = spatial[i] + pads[i] + pads[i + r] - kernel[i]
-            if span % strides[i]:
-                raise im.unsupported(node, "ceil_mode", "ceil_mode=1 with a partial last "
-                                     "window is not supported (use ceil_mode=0)")
     return strides, pads
+
+
+def _ceil_pads(im: ImportState, node: onnx.NodeProto, spatial: tuple[int, ...],
+               kernel: list[int], strides: list[int], pads: list[int]) -> list[int]:
+    """A pool's pads with ceil_mode=1: a partial last window (one that starts inside the
+    input or its begin padding, as PyTorch and onnxruntime count them) is a window over
+    more end padding, which never wins a MaxPool and which an AveragePool leaves out of the
+    divisor (count_include_pad=0, or no declared padding: the divisor then counts the
+    window's positions inside the input, as PyTorch's and onnxruntime's do). An
+    AveragePool with count_include_pad=1 and declared padding divides a partial window by
+    its positions inside the declared padding: refused."""
+    r = len(spatial)
+    out = list(pads)
+    for i in range(r):
+        span = spatial[i] + pads[i] + pads[i + r] - kernel[i]
+        n = -(-span // strides[i]) + 1
+        if (n - 1) * strides[i] >= spatial[i] + pads[i]:
+            n -= 1
+        out[i + r] += max(0, (n - 1) * strides[i] + kernel[i]
+                          - (spatial[i] + pads[i] + pads[i + r]))
+    if out != pads and node.op_type == "AveragePool" and any(pads) \
+            and im.flag(node, attrs(node), "count_include_pad", 0):
+        raise im.unsupported(node, "ceil_mode", "ceil_mode=1 with a partial last window "
+                             "and count_include_pad=1 with padding is not supported (use "
+                             "ceil_mode=0 or count_include_pad=0)")
+    return out
 
 
 def _out_spatial(spatial: tuple[int, ...], kernel: list[int], strides: list[int],
@@ -121,8 +141,7 @@ def conv(im: ImportState, node: onnx.NodeProto, cl_domain: bool = False) -> None
         raise im.err(node, f"group {group} does not fit {cin} input channels and weight "
                      f"{list(W.shape)}")
     if group not in (1, cin):
-        raise im.unsupported(node, "group", f"group {group} is not supported (1, or the "
-                             f"number of input channels {cin} for a depthwise Conv)")
+        Wt, group = _dense_groups(Wt, group), 1
     strides, pads = _window_attrs(im, node, shp[:-1], kernel)
     out_sp = _out_spatial(shp[:-1], kernel, strides, pads)
     wn = im.add_const(im.fresh(f"{im.src(w)}_hwio"), Wt, im.const_types.get(im.src(w)))
@@ -137,6 +156,20 @@ def conv(im: ImportState, node: onnx.NodeProto, cl_domain: bool = False) -> None
             strides=strides, pads=pads, group=group)
 
 
+def _dense_groups(Wt: np.ndarray, group: int) -> np.ndarray:
+    """A grouped Conv's (*kernel, Cin/group, Cout) weight as the (*kernel, Cin, Cout) weight of
+    a Conv with group 1: output channel o of group j = o // (Cout/group) reads input channels
+    j*Cin/group ... (j+1)*Cin/group, its other weights are zeros. Exact in every number type
+    (a zero product adds nothing); the circuit's constant multipliers drop the zeros, a folded
+    (reused) one spends group times the multiplications of the grouped Conv."""
+    cg, cout = Wt.shape[-2], Wt.shape[-1]
+    full = np.zeros(Wt.shape[:-2] + (cg * group, cout), dtype=Wt.dtype)
+    og = cout // group
+    for j in range(group):
+        full[..., j * cg:(j + 1) * cg, j * og:(j + 1) * og] = Wt[..., j * og:(j + 1) * og]
+    return full
+
+
 def pool(im: ImportState, node: onnx.NodeProto, cl_domain: bool = False) -> None:
     op = node.op_type
     if len(node.output) > 1 and node.output[1]:
@@ -149,6 +182,9 @@ def pool(im: ImportState, node: onnx.NodeProto, cl_domain: bool = False) -> None
         strides, pads = [1] * len(kernel), [0] * (2 * len(kernel))
     else:
         strides, pads = _window_attrs(im, node, shp[:-1], kernel)
+    declared = pads
+    if not glob and im.flag(node, a, "ceil_mode", 0):
+        pads = _ceil_pads(im, node, shp[:-1], kernel, strides, pads)
     out = _out_spatial(shp[:-1], kernel, strides, pads) + (shp[-1],)
     if op in ("MaxPool", "GlobalMaxPool"):
         if int(a.get("storage_order", 0)) not in (0, 1):
@@ -156,7 +192,7 @@ def pool(im: ImportState, node: onnx.NodeProto, cl_domain: bool = False) -> None
         return im.emit(node, "MaxPool", [xi], node.output[0], out, kernel=kernel,
                        strides=strides, pads=pads)
     extra = {}
-    if any(pads) and not im.flag(node, a, "count_include_pad", 0):
+    if (any(pads) and not im.flag(node, a, "count_include_pad", 0)) or pads != declared:
         extra["exclude_pad"] = True  # a divisor per window: its positions inside the input
     im.emit(node, "AvgPool", [xi], node.output[0], out, kernel=kernel, strides=strides,
             pads=pads, **extra)
@@ -258,7 +294,7 @@ def resize(im: ImportState, node: onnx.NodeProto) -> None:
     im.emit(node, "Resize", [xi], node.output[0], out, scales=ir_fac)
 
 
-# -- explicit Pad nodes and ReduceMean over the spatial axes --------------------------------
+# -- explicit Pad nodes, ReduceMean/ReduceMax over the spatial axes --------------------------
 _PADDABLE = ("Conv", "AveragePool")
 
 
@@ -341,10 +377,13 @@ def padded_reader(im: ImportState, node: onnx.NodeProto) -> onnx.NodeProto:
     return new
 
 
-def reduce_mean(im: ImportState, node: onnx.NodeProto) -> None:
-    """ReduceMean over every spatial axis of a channels-first frame (torch.export's global
-    average pool): the GlobalAveragePool it equals; with keepdims=0 (PyTorch's
-    `x.mean((2, 3))`) followed by the Reshape to (N, C) that drops the 1x1 frame."""
+def reduce_spatial(im: ImportState, node: onnx.NodeProto) -> None:
+    """ReduceMean (ReduceMax) over every spatial axis of a channels-first frame (torch.export's
+    global average (max) pool, AdaptiveAvgPool2d(1) / AdaptiveMaxPool2d(1)): the
+    GlobalAveragePool (GlobalMaxPool) it equals; with keepdims=0 (PyTorch's `x.mean((2, 3))`,
+    `x.amax((2, 3))`) followed by the Reshape to (N, C) that drops the 1x1 frame."""
+    op, what = {"ReduceMean": ("GlobalAveragePool", "mean"),
+                "ReduceMax": ("GlobalMaxPool", "max")}[node.op_type]
     a = attrs(node)
     x = node.input[0]
     rank = len(onnx_shape(im, x)) + 1
@@ -352,13 +391,13 @@ def reduce_mean(im: ImportState, node: onnx.NodeProto) -> None:
             _int_list(im, node, 1, "axes") if im.opset >= 18 else None)
     axes = sorted({ax % rank for ax in axes}) if axes else None
     if axes != list(range(2, rank)) or rank < 3:
-        raise im.unsupported(node, "axes", f"ReduceMean over axes {axes} (keepdims "
-                     f"{int(a.get('keepdims', 1))}) of a rank-{rank} tensor: only the mean "
-                     "over all spatial axes of an (N, C, ...) frame (a global average pool) "
-                     "is supported")
+        raise im.unsupported(node, "axes", f"{node.op_type} over axes {axes} (keepdims "
+                     f"{int(a.get('keepdims', 1))}) of a rank-{rank} tensor: only the {what} "
+                     "over all spatial axes of an (N, C, ...) frame (a global pool) is "
+                     "supported")
     keep = int(a.get("keepdims", 1))
     out = node.output[0] if keep else im.fresh(f"{node.output[0]}_pooled")
-    pool(im, onnx.helper.make_node("GlobalAveragePool", [x], [out], name=node.name))
+    pool(im, onnx.helper.make_node(op, [x], [out], name=node.name))
     if not keep:  # the pooled frame is (1, ..., C): the same values in ONNX's (C,) order
         ch = act_shape(im, out)[-1]
         im.emit(node, "Reshape", [out], node.output[0], (ch,), shape=[ch])

@@ -20,7 +20,8 @@ SUPPORTED_OPS = (
     "DequantizeLinear", "Shape", "Gather", "Concat", "Constant", "Cast", "Conv", "MaxPool",
     "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize", "LSTM", "GRU",
     f"{CHANNELS_LAST}.Conv", f"{CHANNELS_LAST}.MaxPool",
-    "Clip", "HardSigmoid", "HardSwish", "Pad", "ReduceMean", "Trunc", "Gelu",
+    "Clip", "HardSigmoid", "HardSwish", "Pad", "ReduceMean", "ReduceMax", "Trunc",
+    "Gelu",
 )
 # taken in part (frontend/onnx/attention.py), so not in the ONNX node-test conformance run
 # (every LayerNormalization node test asks for the Mean/InvStdDev training outputs)
