@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 CHANNELS_LAST_OPS = ("Conv", "MaxPool")
 SPATIAL_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
                "Resize", "ReduceMean", "ReduceMax")
+# quantizers: they follow a frame's layout where their parameters are one value (per tensor)
+_QUANTIZERS = ("Quant", "BipolarQuant", "Trunc", "QuantizeLinear", "DequantizeLinear")
 _FOLLOW = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Selu", "Identity", "Dropout", "Cast",
            "Clip", "HardSigmoid", "HardSwish")
 _RESHAPES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
@@ -132,7 +134,7 @@ def _reaches_spatial_only(im: ImportState, x: str, readers: dict, outs: set[str]
             if n.domain in ("", "ai.onnx") and n.op_type in SPATIAL_OPS:
                 spatial = True
                 continue
-            if n.op_type in ("Quant", "BipolarQuant", "Trunc"):
+            if n.op_type in _QUANTIZERS:
                 if not all(im.is_const(i) for i in n.input[1:] if i):
                     return False
             elif not (n.domain in ("", "ai.onnx") and n.op_type in _FOLLOW + ("Pad",)):
@@ -202,7 +204,7 @@ def layout_consumer(im: ImportState, node: onnx.NodeProto, handle, binary) -> No
     acts = [i for i in ins if not im.is_const(i)]
     cf = [i for i in acts if i in im.cf]
     fp = [i for i in acts if i in im.flat_perm]
-    quant = op in ("Quant", "BipolarQuant", "Trunc")
+    quant = op in _QUANTIZERS
     std = node.domain in ("", "ai.onnx")
     if cf and len(cf) == len(acts) and not fp:
         if std and op in SPATIAL_OPS and node.input[0] in im.cf:
@@ -212,8 +214,8 @@ def layout_consumer(im: ImportState, node: onnx.NodeProto, handle, binary) -> No
         if (std and op in _FOLLOW) or (quant and _uniform(im, ins[1:])):
             handle(node)
             return _mark(im, node, im.cf)
-        if quant and len(acts) == 1 and node.input[0] in im.cf:
-            return _quant_marked(im, node, handle)
+        if quant and len(acts) == 1 and node.input[0] in im.cf and "Linear" not in op:
+            return _quant_marked(im, node, handle)  # QONNX's (1, C, 1, 1) parameters
         if std and op in ("Add", "Sub", "Mul", "Div") and len(acts) == 2:
             handle(node)
             return _mark(im, node, im.cf)

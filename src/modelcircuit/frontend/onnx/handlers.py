@@ -21,7 +21,7 @@ from .checks import check_float_attrs
 from .encoder import gelu, layer_norm, token_mean, token_mean_axes
 from .io import Unsupported, show
 from .layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
-from .quant import qdq
+from .quant import clip_bounds, qdq
 from .recurrent import recurrent, swapped_move
 from .spatial import conv, pool, reduce_spatial, resize
 
@@ -395,26 +395,7 @@ def swapped_consumer(im: ImportState, node: onnx.NodeProto) -> None:
 def _clip(im: ImportState, node: onnx.NodeProto) -> None:
     """Clip with constant bounds (opset >= 11: optional inputs; before: attributes min/max):
     an IR Clip (a saturation of the codes in fixed point). PyTorch writes ReLU6 so."""
-    a = attrs(node)
-    ins = list(node.input) + ["", ""]
-    bounds: list[float | None] = []
-    for k, (nm, key) in enumerate(((ins[1], "min"), (ins[2], "max"))):
-        if im.opset < 11:
-            v = a.get(key)
-            bounds.append(None if v is None else float(v))
-            continue
-        if not nm:
-            bounds.append(None)
-            continue
-        if not im.is_const(nm):
-            raise im.err(node, f"Clip bound {nm!r} ({key}) must be a constant")
-        c = np.asarray(im.const(nm), dtype=np.float64)
-        if c.size != 1 or np.isnan(c.reshape(-1)[0]):
-            raise im.err(node, f"Clip bound {nm!r} ({key}) must be one number (not NaN), got "
-                         f"shape {list(c.shape)}")
-        v = float(c.reshape(-1)[0])
-        bounds.append(None if np.isinf(v) and (v < 0) == (k == 0) else v)
-    lo, hi = bounds
+    lo, hi = clip_bounds(im, node)
     x = node.input[0]
     extra = {k: v for k, v in (("lo", lo), ("hi", hi)) if v is not None}
     im.emit(node, "Clip", [x], node.output[0], act_shape(im, x), **extra)

@@ -71,7 +71,7 @@ from .io import (
     tensor_value,
 )
 from .layout import attrs
-from .quant import bipolar, quant, trunc
+from .quant import bipolar, clip_codes, quant, trunc
 from .recurrent import run_time_input, sequence_first_view
 from .spatial import conv, pad_folds, padded_reader, pool
 from .state import SUPPORTED_OPS, ImportState
@@ -81,6 +81,7 @@ __all__ = ["SUPPORTED_OPS", "Unsupported", "import_model", "load_onnx"]
 _QUANT_DOMAINS = ("qonnx", "finn", "brevitas")
 # QONNX quantizers: taken in any domain, on constants as on activations (never folded)
 _QUANTIZERS = {"Quant": quant, "BipolarQuant": bipolar, "Trunc": trunc}
+_QDQ = ("QuantizeLinear", "DequantizeLinear")  # on constants too: by handlers.qdq, not folded
 
 
 def load_onnx(path: str | os.PathLike[str]) -> Graph:
@@ -230,7 +231,10 @@ class _Importer(ImportState):
             self.constant(node)
         elif op == "Shape" and not self.is_const(ins[0]):
             self.shape_of(node)
-        elif ins and all((not i) or self.is_const(i) for i in ins) and op != "QuantizeLinear":
+        elif op == "Clip" and ins and self.src(ins[0]) in self.qdq:
+            check_float_attrs(self, node)
+            clip_codes(self, node)  # QuantizeLinear -> Clip -> DequantizeLinear (QCDQ)
+        elif ins and all((not i) or self.is_const(i) for i in ins) and op not in _QDQ:
             fold(self, node)
         elif op == "Transpose" and transpose_plain(self, node):
             pass

@@ -248,14 +248,16 @@ def split_shared_scales(g: Graph) -> Graph:
     return g
 
 
-def _float_input_frame(g: Graph, src: str) -> bool:
-    """The model's own float input frame (through its channels-last move), read by a Conv
-    with quantized weights and no input quantizer (brevitas_examples' ResNet-18): the input
-    gets the compile's fixed-point type, so the Conv is an integer one on its codes."""
+def _float_input(g: Graph, src: str) -> bool:
+    """The model's own float input (a frame through its channels-last move, or a vector),
+    read by a Conv or Dense with quantized weights and no input quantizer (brevitas_examples'
+    ResNet-18, an MLP whose first layer has none): the input gets the compile's fixed-point
+    type, so the layer is an integer one on its codes and the scales after it stay exact
+    (folded into the weights, they were rounded to that type)."""
     p = g.producer(src)
     while p is not None and p.op in LAYOUT:
         src, p = p.inputs[0], g.producer(p.inputs[0])
-    return src in g.inputs and g.tensor(src).dtype is None and len(g.tensor(src).shape) >= 2
+    return src in g.inputs and g.tensor(src).dtype is None
 
 
 def factor_scales(g: Graph) -> Graph:
@@ -267,7 +269,7 @@ def factor_scales(g: Graph) -> Graph:
         if d.op not in LINEAR or g.tensor(d.outputs[0]).dtype is not None:
             continue
         src, s, z, used = _input_scale(g, d.inputs[0], d)
-        if not isinstance(_typed(g, src), FixedType) and not _float_input_frame(g, src):
+        if not isinstance(_typed(g, src), FixedType) and not _float_input(g, src):
             continue
         wname = d.inputs[1]
         w_full = np.asarray(g.constants[wname], dtype=np.float64)
