@@ -427,3 +427,61 @@ def test_refuses_opset6_batchnorm_training_outputs(tmp_path):
 def test_refuses_legacy_cast_to_another_type(tmp_path):
     nodes = [helper.make_node("Cast", ["x"], ["y"], name="cast", to="INT32")]
     _refused(tmp_path, _model(nodes, [], 1, out_shape=(F_IN,)), "INT32")
+
+
+# -- Split: torch's chunk (LSTMCell/GRUCell gates, packed projections) ------------------------
+
+def _split_model(opset: int, n_out: int, parts: int, sizes: list[int] | None = None,
+                 axis: int = 1, **kw) -> onnx.ModelProto:
+    """x -> Gemm (n_out) -> Split into `parts` -> Sigmoid / Tanh by turns -> Concat. `sizes`
+    go in the `split` input (opset >= 13) or attribute (before), `kw` to the node."""
+    nodes, gi = _gemm(_rng(60), n_out=n_out)
+    ins = ["g"]
+    if sizes is not None and opset >= 13:
+        gi.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
+        ins.append("sizes")
+    elif sizes is not None:
+        kw["split"] = sizes
+    outs = [f"s{k}" for k in range(parts)]
+    nodes.append(helper.make_node("Split", ins, outs, name="chunk", axis=axis, **kw))
+    nodes += [helper.make_node("Sigmoid" if k % 2 == 0 else "Tanh", [o], [f"a{k}"])
+              for k, o in enumerate(outs)]
+    nodes.append(helper.make_node("Concat", [f"a{k}" for k in range(parts)], ["y"], axis=1))
+    m = _model(nodes, gi, opset, out_shape=(n_out,))
+    m.ir_version = 8 if opset >= 18 else m.ir_version
+    return m
+
+
+@pytest.mark.parametrize("opset,n_out,parts,sizes,kw", [
+    (11, 12, 3, [3, 3, 6], {}),          # the `split` attribute
+    (13, 12, 3, [5, 4, 3], {}),          # the `split` input
+    (13, 12, 4, None, {}),               # equal parts (LSTMCell's four gates)
+    (18, 12, 3, None, {"num_outputs": 3}),
+    (18, 11, 3, None, {"num_outputs": 3}),  # opset 18: the last part smaller (4, 4, 3)
+], ids=["attr11", "input13", "equal13", "num_outputs18", "uneven18"])
+def test_split_parts_are_gathers(tmp_path, opset, n_out, parts, sizes, kw):
+    """Each part of a Split on a per-sample axis is a Gather of its contiguous indices;
+    float golden == onnxruntime, fixed<16,6> runs."""
+    g = _check(tmp_path, _split_model(opset, n_out, parts, sizes, **kw), batch=None)
+    ops = [str(n.op) for n in g.nodes]
+    assert ops.count("Gather") == parts and "Split" not in ops
+
+
+@pytest.mark.parametrize("opset,sizes,kw,match", [
+    (13, [3, 3, 3], {}, "do not divide an axis of size 12"),
+    (18, None, {"num_outputs": 5}, "into 5 non-empty parts"),
+    (13, None, {"axis": 0}, "batch dimension"),
+], ids=["sum", "num_outputs", "batch_axis"])
+def test_refuses_bad_splits_naming_the_node(tmp_path, opset, sizes, kw, match):
+    parts = kw.get("num_outputs", 3)
+    line = _refused(tmp_path, _split_model(opset, 12, parts, sizes, **kw), match)
+    assert "node chunk (Split)" in line
+
+
+def test_refuses_split_sizes_computed_at_run_time(tmp_path):
+    """Split sizes read from an activation (an int64 graph input is refused before: inputs
+    are float32)."""
+    m = _split_model(13, 12, 2)
+    m.graph.node[1].input.append("g")
+    line = _refused(tmp_path, m, "computed at run time")
+    assert "node chunk (Split)" in line

@@ -330,3 +330,77 @@ def test_multihead_attention_layout_of_any_head_count(heads, tmp_path):
     want = s.run(None, {"x": x})[0].astype(np.float64)
     assert_float32_close(np.asarray(mc.run(c, x), dtype=np.float64).reshape(want.shape), want,
                          c, x, "golden - onnxruntime")
+
+
+def _packed_sdpa_model(parts: str) -> onnx.ModelProto:
+    """F.scaled_dot_product_attention on qkv(x).chunk(3, -1) (hand-written): one packed
+    projection (D, 3D) cut into q, k, v by `parts`: "split18" (the dynamo exporter's Split with
+    num_outputs), "split13" (a Split with its sizes as an input) or "slice" (TorchScript's
+    Slices); heads by Reshape/Transpose, the out-projection on (N, T, D)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    t, d, h = 5, 8, 2
+    rng = np.random.default_rng(11)
+    c = {"win": (rng.normal(size=(d, 3 * d)) * 0.4).astype(np.float32),
+         "bin": (rng.normal(size=3 * d) * 0.1).astype(np.float32),
+         "wo": (rng.normal(size=(d, d)) * 0.4).astype(np.float32),
+         "bo": (rng.normal(size=d) * 0.1).astype(np.float32),
+         "heads": np.array([-1, t, h, d // h], np.int64), "merged": np.array([-1, t, d], np.int64),
+         "sc": np.array((d // h) ** -0.5, np.float32)}
+    mk = helper.make_node
+    nodes = [mk("MatMul", ["x", "win"], ["pm"]), mk("Add", ["pm", "bin"], ["pr"])]
+    if parts == "slice":
+        c.update({f"at{i}": np.array([i * d], np.int64) for i in range(4)})
+        c["last"] = np.array([2], np.int64)
+        nodes += [mk("Slice", ["pr", f"at{i}", f"at{i + 1}", "last"], [n])
+                  for i, n in enumerate("qkv")]
+    elif parts == "split13":
+        c["sizes"] = np.array([d, d, d], np.int64)
+        nodes.append(mk("Split", ["pr", "sizes"], ["q", "k", "v"], name="chunk", axis=-1))
+    else:
+        nodes.append(mk("Split", ["pr"], ["q", "k", "v"], name="chunk", axis=2, num_outputs=3))
+    for n in "qkv":
+        nodes.append(mk("Reshape", [n, "heads"], [f"{n}r"]))
+    nodes += [mk("Transpose", ["qr"], ["qh"], perm=[0, 2, 1, 3]),
+              mk("Transpose", ["kr"], ["kt"], perm=[0, 2, 3, 1]),
+              mk("Transpose", ["vr"], ["vh"], perm=[0, 2, 1, 3]),
+              mk("Mul", ["qh", "sc"], ["qs"]), mk("MatMul", ["qs", "kt"], ["s"]),
+              mk("Softmax", ["s"], ["p"], axis=-1), mk("MatMul", ["p", "vh"], ["o"]),
+              mk("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+              mk("Reshape", ["ot", "merged"], ["om"]),
+              mk("MatMul", ["om", "wo"], ["ym"]), mk("Add", ["ym", "bo"], ["y"])]
+    g = helper.make_graph(nodes, "sdpa", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", t, d])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["n", t, d])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in c.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18 if parts == "split18"
+                                                                else 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_packed_qkv_split_fuses_as_its_slices(tmp_path):
+    """qkv.chunk(3, -1) as a Split (either form) is read as the same three per-token
+    projections as TorchScript's Slices: one Attention, no part of the packed tensor left
+    (no Gather), float32 golden == onnxruntime, and fixed<16,6> outputs equal to the Slice
+    form's."""
+    import onnxruntime as ort
+
+    fixed = {}
+    for parts in ("slice", "split13", "split18"):
+        m = _packed_sdpa_model(parts)
+        path = tmp_path / f"{parts}.onnx"
+        onnx.save(m, str(path))
+        g = mc.load_onnx(path)
+        ops = [str(n.op) for n in g.nodes]
+        assert ops.count("Attention") == 1 and "Gather" not in ops, (parts, ops)
+        assert ops.count("Dense") == 4, (parts, ops)  # q, k, v and the out-projection
+        x = _x(g, 6, 0)
+        c = mc.compile(g, precision="float32")
+        s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        want = s.run(None, {"x": x})[0].astype(np.float64)
+        assert_float32_close(np.asarray(mc.run(c, x), dtype=np.float64).reshape(want.shape),
+                             want, c, x, f"{parts}: golden - onnxruntime")
+        fixed[parts] = mc.run(mc.compile(g, precision="fixed<16,6>"), x)
+    assert np.array_equal(fixed["split13"], fixed["slice"])
+    assert np.array_equal(fixed["split18"], fixed["slice"])

@@ -32,7 +32,7 @@ COMPUTE_OPS = ("MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu"
 PASS_FLOOR = {"Add": 2, "BatchNormalization": 2, "Concat": 12, "Div": 3, "Dropout": 5,
               "Flatten": 9, "Gather": 4, "Gemm": 8, "Identity": 1, "LeakyRelu": 3, "MatMul": 1,
               "Mul": 3, "Relu": 1, "Reshape": 9, "Selu": 3, "Sigmoid": 2, "Softmax": 7,
-              "Squeeze": 2, "Sub": 3, "Tanh": 2, "Transpose": 7, "Unsqueeze": 7}
+              "Split": 5, "Squeeze": 2, "Sub": 3, "Tanh": 2, "Transpose": 7, "Unsqueeze": 7}
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +65,10 @@ def test_every_failure_says_why(result):
 
 # ONNX's LSTM/GRU node tests give the batch inside the sequence-first layout and read Y_h as
 # [1, N, H] (the batch in dimension 1) as a graph output: a per-sample IR refuses such an
-# output with its reason. Counted apart from the rate, and held to "no wrong answer".
-LAYOUT_BOUND_OPS = {"LSTM", "GRU"}
+# output with its reason. Split's 1-D and default-axis cases (11 of 16) split dimension 0,
+# which is the batch for a per-sample IR (refused, naming it; its 2-D cases pass). Counted
+# apart from the rate, and held to "no wrong answer".
+LAYOUT_BOUND_OPS = {"LSTM", "GRU", "Split"}
 
 
 def test_pass_rate_of_the_issue(result):

@@ -183,7 +183,7 @@ def direct(m: OnnxModel, start: str, b: int, transpose: bool, rng: np.random.Gen
         nodes.append(n)
         shp = m.info.get(cur)
         if shp is None or len(shp) != 3 or any(d is None for d in shp[1:]) \
-                or shp[0] not in (None, b):
+                or shp[0] not in (None, b) or _part(m, cur):
             continue
         found = None
         for bb in ((b + 1, b) if shp[0] is None else (b,)):  # the last: b
@@ -205,6 +205,15 @@ def direct(m: OnnxModel, start: str, b: int, transpose: bool, rng: np.random.Gen
                 break
         if found is not None:
             return found
+
+
+def _part(m: OnnxModel, t: str) -> bool:
+    """t is a part of a packed tensor (a Split or Slice output: torch's qkv.chunk(3, -1)):
+    not read as a projection of its own, so that the general walk fits one per-token
+    projection for each of q, k, v (as for the Slices TorchScript writes, whose shapes
+    inference leaves open) and no split is left between them."""
+    n = m.producer.get(t)
+    return n is not None and n.op_type in ("Split", "Slice")
 
 
 def direct_out(m: OnnxModel, mm2: onnx.NodeProto, b: int, arr: str, o_shape: tuple[int, ...],

@@ -20,7 +20,17 @@ from ...graphs.ir import GraphError
 from .checks import check_float_attrs
 from .encoder import gelu, layer_norm, token_mean, token_mean_axes
 from .io import Unsupported, show
-from .layout import act_shape, attrs, batch_axis, concat, gather, identity, reshape, transpose
+from .layout import (
+    act_shape,
+    attrs,
+    batch_axis,
+    concat,
+    gather,
+    identity,
+    reshape,
+    split,
+    transpose,
+)
 from .quant import clip_bounds, qdq
 from .recurrent import recurrent, swapped_move
 from .spatial import conv, pool, reduce_spatial, resize
@@ -437,7 +447,7 @@ HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "Flatten": reshape, "Reshape": reshape, "Squeeze": reshape, "Unsqueeze": reshape,
     "Transpose": transpose,
     "Identity": identity, "Dropout": _dropout,
-    "Concat": concat, "Gather": gather,
+    "Concat": concat, "Gather": gather, "Split": split,
     "QuantizeLinear": qdq, "DequantizeLinear": qdq,
     "Cast": _cast,
     "Conv": conv, "MaxPool": pool, "AveragePool": pool, "GlobalAveragePool": pool,

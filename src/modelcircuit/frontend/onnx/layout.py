@@ -1,6 +1,6 @@
 """Handlers of the ops that move values without computing them (Reshape, Flatten, Squeeze,
-Unsqueeze, Transpose, Identity, Concat, Gather), and the helpers every handler shares: a
-node's attributes, an activation's per-sample shape, constant integer inputs, axes.
+Unsqueeze, Transpose, Identity, Concat, Gather, Split), and the helpers every handler
+shares: a node's attributes, an activation's per-sample shape, constant integer inputs, axes.
 
 Shapes here are per sample: the batch (ONNX dimension 0) is not part of the IR, so an op
 that would move or fold the batch is refused; a Reshape or Transpose that keeps the values
@@ -104,6 +104,57 @@ def gather(im: ImportState, node: onnx.NodeProto) -> None:
     out = shp[:ax] + tuple(iv.shape) + shp[ax + 1:]
     im.emit(node, "Gather", [x], node.output[0], out, axis=ax, indices=iv.tolist(),
             indices_shape=list(iv.shape))
+
+
+def split(im: ImportState, node: onnx.NodeProto) -> None:
+    """Split of an activation along a per-sample axis (torch's chunk: LSTMCell/GRUCell gates,
+    packed projections): each output is a Gather of its part's contiguous indices; one part
+    that is the whole axis is an alias. The sizes must be constants that fill the axis (a
+    packed q/k/v projection cut by a Split is taken whole by the attention fusion first)."""
+    x = node.input[0]
+    shp = act_shape(im, x)
+    ax = batch_axis(im, node, int(attrs(node).get("axis", 0)), len(shp) + 1)
+    n = shp[ax]
+    sizes = split_sizes(im, node, n)
+    off = 0
+    for out, s in zip(node.output, sizes, strict=True):
+        part, off = list(range(off, off + s)), off + s
+        if not out:
+            continue
+        if s == n:
+            _alias(im, node, x, shp)
+            continue
+        im.emit(node, "Gather", [x], out, shp[:ax] + (s,) + shp[ax + 1:], axis=ax,
+                indices=part, indices_shape=[s])
+
+
+def split_sizes(im: ImportState, node: onnx.NodeProto, n: int) -> list[int]:
+    """The sizes of a Split's parts of an axis of size n: the `split` input (opset >= 13) or
+    attribute (before), else `num_outputs` parts (opset >= 18: the last one smaller when n
+    is not a multiple), else one equal part per output. Parts that are empty or that do not
+    fill the axis exactly are refused, naming the node."""
+    k = len(node.output)
+    a = attrs(node)
+    if len(node.input) > 1 and node.input[1]:
+        if not im.is_const(node.input[1]):
+            raise im.err(node, f"split sizes {node.input[1]!r} are computed at run time; they "
+                         "must be constants")
+        sizes = int_const(im, node, node.input[1], "split sizes")
+    elif "split" in a:
+        sizes = [int(v) for v in a["split"]]
+    elif "num_outputs" in a:
+        if int(a["num_outputs"]) != k:
+            raise im.err(node, f"num_outputs {a['num_outputs']} but {k} outputs")
+        c = -(-n // k)
+        sizes = [c] * (k - 1) + [n - c * (k - 1)]
+    elif n % k:
+        raise im.err(node, f"an axis of size {n} does not split into {k} equal parts")
+    else:
+        sizes = [n // k] * k
+    if len(sizes) != k or any(s < 1 for s in sizes) or sum(sizes) != n:
+        raise im.err(node, f"split sizes {sizes} into {k} outputs do not divide an axis of "
+                     f"size {n} into {k} non-empty parts")
+    return sizes
 
 
 def _alias(im: ImportState, node: onnx.NodeProto, x: str, shp: tuple[int, ...]) -> None:
