@@ -160,3 +160,36 @@ def ort_run(m: onnx.ModelProto, x: np.ndarray, wrap: str = "transpose") -> np.nd
     # one sample at a time: constant initial states are written for a batch of 1
     rows = [x[i][:, None, :] if wrap == "seq" else x[i:i + 1] for i in range(len(x))]
     return np.stack([s.run(None, {name: r})[0].reshape(-1) for r in rows])
+
+
+def stacked_h_n_model(op: str) -> onnx.ModelProto:
+    """torch's nn.LSTM/GRU(num_layers=2, batch_first=True) -> h_n[-1] -> Linear, as the
+    exporters write it: layer 2 reads layer 1's squeezed Y; h_n is the Concat of both layers'
+    Y_h along the layer axis, then a Gather of the last layer."""
+    t, f, h, g = 6, 3, 5, {"LSTM": 4, "GRU": 3}[op]
+    rng = np.random.default_rng(5)
+
+    def init(name, shape, s=0.5):
+        return numpy_helper.from_array((rng.normal(size=shape) * s).astype(np.float32), name)
+
+    inits = [init("W1", (1, g * h, f)), init("R1", (1, g * h, h)), init("B1", (1, 2 * g * h)),
+             init("W2", (1, g * h, h)), init("R2", (1, g * h, h)), init("B2", (1, 2 * g * h)),
+             init("Wf", (2, h)), init("bf", (2,), 0.1),
+             numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+             numpy_helper.from_array(np.array(-1, np.int64), "last")]
+    extra = {"linear_before_reset": 1} if op == "GRU" else {}
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node(op, ["xt", "W1", "R1", "B1"], ["y1", "h1"], hidden_size=h,
+                              name="l1", **extra),
+             helper.make_node("Squeeze", ["y1", "ax1"], ["y1s"]),
+             helper.make_node(op, ["y1s", "W2", "R2", "B2"], ["y2", "h2"], hidden_size=h,
+                              name="l2", **extra),
+             helper.make_node("Concat", ["h1", "h2"], ["hn"], axis=0, name="hn"),
+             helper.make_node("Gather", ["hn", "last"], ["hl"], axis=0),
+             helper.make_node("Gemm", ["hl", "Wf", "bf"], ["out"], transB=1)]
+    gr = helper.make_graph(nodes, "stacked", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", t, f])], [helper.make_tensor_value_info(
+            "out", TensorProto.FLOAT, ["N", 2])], inits)
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m

@@ -11,7 +11,7 @@ import modelcircuit as mc
 from modelcircuit.graphs.ir import GraphError
 from modelcircuit.graphs.ops import attrs
 from tests.conftest import assert_float32_close
-from tests.graphs.rnn_models import ort_run, rnn_model
+from tests.graphs.rnn_models import ort_run, rnn_model, stacked_h_n_model
 
 FLOAT_CASES = {
     "lstm_transpose": dict(op="LSTM"),
@@ -212,46 +212,11 @@ def test_too_wide_state_is_a_compile_error(tmp_path) -> None:
         mc.compile(g, precision="fixed<31,8>")
 
 
-def _stacked_h_n_model(op: str) -> object:
-    """torch's nn.LSTM/GRU(num_layers=2, batch_first=True) -> h_n[-1] -> Linear, as the
-    exporters write it: layer 2 reads layer 1's squeezed Y; h_n is the Concat of both layers'
-    Y_h along the layer axis, then a Gather of the last layer."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    t, f, h, g = 6, 3, 5, {"LSTM": 4, "GRU": 3}[op]
-    rng = np.random.default_rng(5)
-
-    def init(name, shape, s=0.5):
-        return numpy_helper.from_array((rng.normal(size=shape) * s).astype(np.float32), name)
-
-    inits = [init("W1", (1, g * h, f)), init("R1", (1, g * h, h)), init("B1", (1, 2 * g * h)),
-             init("W2", (1, g * h, h)), init("R2", (1, g * h, h)), init("B2", (1, 2 * g * h)),
-             init("Wf", (2, h)), init("bf", (2,), 0.1),
-             numpy_helper.from_array(np.array([1], np.int64), "ax1"),
-             numpy_helper.from_array(np.array(-1, np.int64), "last")]
-    extra = {"linear_before_reset": 1} if op == "GRU" else {}
-    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
-             helper.make_node(op, ["xt", "W1", "R1", "B1"], ["y1", "h1"], hidden_size=h,
-                              name="l1", **extra),
-             helper.make_node("Squeeze", ["y1", "ax1"], ["y1s"]),
-             helper.make_node(op, ["y1s", "W2", "R2", "B2"], ["y2", "h2"], hidden_size=h,
-                              name="l2", **extra),
-             helper.make_node("Concat", ["h1", "h2"], ["hn"], axis=0, name="hn"),
-             helper.make_node("Gather", ["hn", "last"], ["hl"], axis=0),
-             helper.make_node("Gemm", ["hl", "Wf", "bf"], ["out"], transB=1)]
-    gr = helper.make_graph(nodes, "stacked", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, ["N", t, f])], [helper.make_tensor_value_info(
-            "out", TensorProto.FLOAT, ["N", 2])], inits)
-    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
-
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
 def test_stacked_layers_h_n_concat(op: str, tmp_path) -> None:
     """h_n of two stacked layers (a Concat of the layers' Y_h, sequence-first) imports and
     matches onnxruntime; fixed point runs."""
-    m = _stacked_h_n_model(op)
+    m = stacked_h_n_model(op)
     g = _load(tmp_path, m)
     assert [n.op for n in g.nodes].count(op) == 2
     c = mc.compile(g, precision="float32")
@@ -259,3 +224,27 @@ def test_stacked_layers_h_n_concat(op: str, tmp_path) -> None:
     want = ort_run(m, x)
     assert_float32_close(np.asarray(mc.run(c, x)), want, c, x, f"golden - onnxruntime ({op})")
     assert np.all(np.isfinite(mc.run(mc.compile(g, precision="fixed<16,6>"), x)))
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_stacked_layers_h_n_reads_the_last_layer_itself(op: str, tmp_path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Gather of the last layer from the Concat of both layers' Y_h is that layer's Y_h
+    (passes/concat_parts.py): no Concat or Gather of it is left for the backends (the HDL has
+    neither), and the outputs are those of the graph with the Concat, float32 and fixed point
+    alike."""
+    from modelcircuit.graphs import pipeline
+
+    g = _load(tmp_path, stacked_h_n_model(op))
+    assert "Concat" in [n.op for n in g.nodes]
+    x = _x({"t": 6, "f": 3}, n=16)
+    runs = {}
+    for p in ("float32", "fixed<16,6>"):
+        c = mc.compile(g, precision=p)
+        assert not any(n.op == "Concat" for n in c.graph.nodes), p
+        runs[p] = mc.run(c, x)
+    monkeypatch.setattr(pipeline, "forward_concat_parts", lambda gr: gr)
+    for p, want in runs.items():
+        c = mc.compile(g, precision=p)
+        assert any(n.op == "Concat" for n in c.graph.nodes)
+        assert np.array_equal(mc.run(c, x), want), p

@@ -21,7 +21,7 @@ from modelcircuit.hdl.plan.circuit import resolve_plan
 from modelcircuit.hdl.plan.size import dense_weights
 from modelcircuit.sim import rtl
 from modelcircuit.sim.amaranth_sim import simulate
-from tests.graphs.rnn_models import rnn_model
+from tests.graphs.rnn_models import rnn_model, stacked_h_n_model
 
 pytestmark = pytest.mark.xdist_group("sim")
 
@@ -94,6 +94,20 @@ def test_step_ii_and_sequence_latency_as_compiled(case: str, tmp_path) -> None:
             assert last_out - first_in == info["latency"], (s, info["latency"])
         iis[reuse] = info["ii"]
     assert iis[4] > iis[1]
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_stacked_layers_h_n_is_built(op: str, tmp_path) -> None:
+    """Two stacked layers read as h_n[-1] (a Concat of the layers' Y_h, then a Gather of the
+    last): the circuit is the two layers and the head, bit-exact with gaps and backpressure
+    (before passes/concat_parts.py: 'op Concat has no HDL lowering')."""
+    p = tmp_path / "m.onnx"
+    onnx.save(stacked_h_n_model(op), p)
+    c = mc.compile(mc.load_onnx(p), precision="fixed<16,6>")
+    kw = {"t": 6, "f": 3}
+    codes, want = _golden(c, _x(kw, 3, 7))
+    res, _, _ = _run(c, 1, codes, want, gap=0.3, backpressure=0.4, seed=2)
+    np.testing.assert_array_equal(res.outputs.reshape(want.shape), want)
 
 
 def test_states_reset_between_sequences(tmp_path) -> None:
