@@ -153,3 +153,24 @@ def test_templates_are_strict():
 
     with pytest.raises(jinja2.UndefinedError):
         render("threshold.cu.j2", kname="k", node="n", params=[])
+
+
+def test_product_of_two_activations_bit_exact():
+    """Mul of two activations (LSTMCell/GRUCell loops: gate * state), one of them broadcast
+    (a Gather of one row): the exact product of the codes, one requantization, as golden."""
+    T = parse_type
+    types = {"x": "fixed<12,4>", "r": "fixed<8,3,RND>", "m": "fixed<10,4,RND_CONV,SAT>",
+             "b": "fixed<9,5,TRN,WRAP>"}
+    shapes = {"x": (2, 3), "r": (1, 3), "m": (2, 3), "b": (2, 3)}
+    nodes = (Node.make("row", "Gather", ["x"], ["r"], axis=0, indices=[1], indices_shape=[1]),
+             Node.make("mul", "Mul", ["x", "r"], ["m"]),
+             Node.make("sq", "Mul", ["m", "m"], ["b"]))
+    g = Graph("mul2", ("x",), ("m", "b"), nodes,
+              {n: Tensor(n, shapes[n], T(t)) for n, t in types.items()}, {})
+    t = g.tensor("x").dtype
+    x = np.random.default_rng(3).integers(t.qmin, t.qmax + 1, size=(400, 2, 3))
+    x[0], x[1] = t.qmin, t.qmax
+    want = reference.execute(g, [x], inputs_are_codes=True)
+    got = gb.execute(_compiled(g), [x], emulate=True)
+    for o in ("m", "b"):
+        np.testing.assert_array_equal(got[o], want[o], err_msg=o)

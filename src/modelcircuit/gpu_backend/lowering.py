@@ -155,7 +155,7 @@ def finish(ctx: LowerCtx, node: Node, e: Eltwise, body: str) -> Lowered:
     return "eltwise.cu.j2", e.c, e.params, e.c["size"]
 
 
-def second_operand(ctx: LowerCtx, node: Node, e: Eltwise, activation_ok: bool) -> None:
+def second_operand(ctx: LowerCtx, node: Node, e: Eltwise) -> None:
     """The second input of Add/Sub/Mul: a constant (one value or one per element), or an
     activation (`bv`, with an index map when it is broadcast)."""
     g, out, bname = ctx.g, node.outputs[0], node.inputs[1]
@@ -171,9 +171,6 @@ def second_operand(ctx: LowerCtx, node: Node, e: Eltwise, activation_ok: bool) -
                 e.c["b_period"], bv = ch, rows[0]
         e.params.append(ctx.const("c", bname, bv, e.is_float))
         return
-    if not activation_ok:
-        raise GraphError(f"node {node.name} ({node.op}): only a product by a constant is "
-                         "supported")
     e.c.update(b_act=True, b_size=g.tensor(bname).size)
     e.params.append(ctx.act("bv", bname))
     bmap = index_map(ctx, node, bname, out)
@@ -184,7 +181,7 @@ def second_operand(ctx: LowerCtx, node: Node, e: Eltwise, activation_ok: bool) -
 
 def _additive(ctx: LowerCtx, node: Node, kname: str, body: str) -> Lowered:
     e = eltwise(ctx, node, kname)
-    second_operand(ctx, node, e, activation_ok=True)
+    second_operand(ctx, node, e)
     if not e.is_float:
         ta, tb = ctx.t(node.inputs[0]), ctx.t(node.inputs[1])
         f = max(ta.frac, tb.frac)
@@ -203,7 +200,7 @@ def lower_sub(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
 
 def lower_mul(ctx: LowerCtx, node: Node, kname: str) -> Lowered:
     e = eltwise(ctx, node, kname)
-    second_operand(ctx, node, e, activation_ok=False)
+    second_operand(ctx, node, e)
     if not e.is_float:
         frac = ctx.t(node.inputs[0]).frac + ctx.t(node.inputs[1]).frac
         e.c["r"] = requant_args(node, frac, ctx.t(node.outputs[0]))
