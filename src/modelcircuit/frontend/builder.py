@@ -79,7 +79,7 @@ class GraphBuilder:
 
     def activation(self, x: str, func: str, name: str | None = None,
                    out_type: NumType | str | None = None) -> str:
-        known = ("sigmoid", "tanh", "selu", "gelu", "gelu_tanh")
+        known = ("sigmoid", "tanh", "selu", "gelu", "gelu_tanh", "silu")
         if func not in known:
             raise GraphError(f"unknown activation {func!r}; known: {', '.join(known)}")
         return self._node(Op.LUT, [x], self.shape(x), name, out_type, func=func)

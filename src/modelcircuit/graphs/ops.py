@@ -83,7 +83,7 @@ ALL = frozenset(Op)
 
 # the float functions a Lut may name (reference.FLOAT_FUNCS defines each; a test says so)
 LUT_FUNCS = frozenset({"sigmoid", "tanh", "selu", "exp", "reciprocal", "hardsigmoid",
-                       "hardswish", "gelu", "gelu_tanh"})
+                       "hardswish", "gelu", "gelu_tanh", "silu"})
 SELU_ALPHA, SELU_GAMMA = 1.6732632423543772, 1.0507009873554805  # when a Lut names none
 
 

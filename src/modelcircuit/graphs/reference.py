@@ -166,9 +166,13 @@ def _gelu_tanh(x: Array, n: Node) -> Array:
                                         * (x64 + 0.044715 * x64**3)))).astype(dt)
 
 
+def _sigmoid(x: Array, n: Node) -> Array:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
 # the float function of each ops.LUT_FUNCS name (the tables are built from these)
 FLOAT_FUNCS: dict[str, Callable[[Array, Node], Array]] = {
-    "sigmoid": lambda x, n: 1.0 / (1.0 + np.exp(-x)),
+    "sigmoid": _sigmoid,
     "tanh": lambda x, n: np.tanh(x),
     "exp": lambda x, n: np.exp(x),
     "selu": _selu,
@@ -177,6 +181,9 @@ FLOAT_FUNCS: dict[str, Callable[[Array, Node], Array]] = {
     "hardswish": lambda x, n: x * _hard_sigmoid(x, n),
     "gelu": _gelu,
     "gelu_tanh": _gelu_tanh,
+    # SiLU / Swish (torch nn.SiLU, x * torch.sigmoid(x)): x times the sigmoid, each rounded
+    # in the dtype of x as the unfused Mul(x, Sigmoid(x)) rounds them
+    "silu": lambda x, n: x * _sigmoid(x, n),
 }
 
 

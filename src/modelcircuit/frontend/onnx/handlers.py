@@ -34,6 +34,7 @@ from .layout import (
 from .quant import clip_bounds, qdq
 from .recurrent import recurrent, swapped_move
 from .spatial import conv, pool, reduce_spatial, resize
+from .swish import swish
 
 if TYPE_CHECKING:
     from .state import ImportState
@@ -174,7 +175,10 @@ def _binary_activations(im: ImportState, node: onnx.NodeProto) -> None:
     Both operands carry the batch as their first dimension, so they must have the same rank:
     broadcasting a lower-rank operand would align its batch with a per-sample dimension of
     the other. Div of two activations is its own IR op (float only; refused in fixed point
-    at compile time, as is broadcasting between activations)."""
+    at compile time, as is broadcasting between activations). x * Sigmoid(x) and
+    x * HardSigmoid(x) are one table (frontend/onnx/swish.py)."""
+    if swish(im, node):
+        return
     op = node.op_type
     a, b = node.input
     sa, sb = act_shape(im, a), act_shape(im, b)
