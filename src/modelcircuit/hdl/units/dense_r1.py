@@ -81,7 +81,10 @@ class DenseParallel(Dense, kind="parallel"):
 
 
 class DenseGraph(Dense, kind="graph"):
-    """R = 1, strategy "da": one shared adder graph (hdl/plan/cmvm.py), no product."""
+    """R = 1, strategy "da": one shared adder graph (hdl/plan/cmvm.py), no product; or, with
+    the schedule's `graph_cluster` ("fmax"), one graph per cluster of that many output
+    columns, each reading its own registered copy of the inputs (cmvm.clustered: what is
+    shared stays within a cluster, so its adders can be placed together)."""
 
     kind_strategy = "da"
 
@@ -96,8 +99,18 @@ class DenseGraph(Dense, kind="graph"):
         s = self.frac - self.tout.frac
         self.round_trn = self.tout.rounding == Rounding.RND and s > 0
         bias = [b + ((1 << (s - 1)) if self.round_trn else 0) for b in self.bias]
-        self.graph = cmvm.optimize(np.asarray(w, dtype=np.int64) << self.p_shift,
-                                   [lo] * self.n_in, [hi] * self.n_in, bias, cap=self.mod)
+        wq = np.asarray(w, dtype=np.int64) << self.p_shift
+        size = self.pipe.graph_cluster
+        if size and self.n_out > size:
+            # one graph per cluster of `size` output columns, each with its own registered copy
+            # of the inputs (cmvm.clustered: no node shared across clusters)
+            self.graph, self.cluster_of = cmvm.clustered(wq, [lo] * self.n_in, [hi] * self.n_in,
+                                                         bias, self.mod, size)
+            self.clusters = max(self.cluster_of) + 1
+        else:
+            self.graph = cmvm.optimize(wq, [lo] * self.n_in, [hi] * self.n_in, bias,
+                                       cap=self.mod)
+            self.cluster_of, self.clusters = [], 0
         self.multipliers = self.shifts = 0
         self.levels = self.graph.depth
         if s <= 0 or self.round_trn or self.tout.rounding == Rounding.TRN:
@@ -112,12 +125,14 @@ class DenseGraph(Dense, kind="graph"):
             # graph's 2-level stages set the clock: 12.8 ns on the qkeras jet tagger, 11 of
             # them routing)
             rq = [rq[0], 0]
-        self.stage_regs = plan_stages([1] * self.levels + rq, self.adder_levels)
+        copy = [True] if self.clusters else []  # the inputs' copies: a stage of their own
+        self.stage_regs = copy + plan_stages([1] * self.levels + rq, self.adder_levels)
         self.latency = sum(self.stage_regs) + 1
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(),
                 "adder_graph": {"adders": len(self.graph.adders()), "depth": self.levels,
+                                "clusters": max(1, self.clusters),
                                 "chain_bits": sum(self.graph.chain_bits(i)
                                                   for i in self.graph.adders())}}
 
@@ -125,16 +140,35 @@ class DenseGraph(Dense, kind="graph"):
         """The adder graph, node by node (one signal each, its exact width or M bits), each
         value delayed by registers to the stage of every level that reads it."""
         g, flags = self.graph, self.stage_regs
+        k = 1 if self.clusters else 0  # the copy stage first
         pre = [0]
-        for f in flags:
+        for f in flags[k:]:
             pre.append(pre[-1] + int(f))
+        pre = [p + k for p in pre]
         vals: dict[tuple[int, int], object] = {}  # (node, stage) -> value in that stage
+        copies: list[list[object]] = []
+        if self.clusters:
+            # every cluster reads its own registered copy of the inputs (names *_xdup*: the
+            # FPGA flow's prep.ys keeps them apart, hdl/flow/yosys.py), placed by its adders
+            copies = [ops.regs(x, f"c{c}_xdup") for c in range(self.clusters)]
 
         def at(i: int, stage: int) -> object:
             v = vals.get((i, stage))
             if v is None:
                 v = ops.regs([at(i, stage - 1)], f"n{i}s{stage}_")[0]
                 vals[(i, stage)] = v
+            return v
+
+        def src(j: int, stage: int, c: int) -> object:
+            """Node j in `stage` as cluster c reads it (its copy of an input)."""
+            if not copies or g.nodes[j].kind != "in":
+                return at(j, stage)
+            key = (-1 - j - c * g.n_in, stage)
+            v = vals.get(key)
+            if v is None:
+                v = copies[c][g.nodes[j].a] if stage == 1 else \
+                    ops.regs([src(j, stage - 1, c)], f"c{c}i{j}s{stage}_")[0]
+                vals[key] = v
             return v
 
         for i, nd in enumerate(g.nodes):
@@ -149,11 +183,12 @@ class DenseGraph(Dense, kind="graph"):
             # keep: yosys would otherwise merge chains of adds into one $macc, mapped as a
             # carry-save tree of LUT4s (a + b + c on ECP5: 9 CCU2C + 97 LUT4 merged,
             # 27 CCU2C kept); each node stays its own carry chain
-            a = at(nd.a, home)
+            c = self.cluster_of[i] if copies else 0
+            a = src(nd.a, home, c)
             if nd.kind == "neg":
                 v = ops.neg(a)
             else:
-                a, b = ops.shl(a, nd.sa), ops.shl(at(nd.b, home), nd.sb)
+                a, b = ops.shl(a, nd.sa), ops.shl(src(nd.b, home, c), nd.sb)
                 v = ops.add(a, b) if nd.sign > 0 else ops.sub(a, b)
             vals[(i, home)] = ops.node(f"n{i}", width, nd.lo < 0 or width < nd.width, v,
                                        keep=True)
@@ -165,7 +200,7 @@ class DenseGraph(Dense, kind="graph"):
         return Rounding.TRN if self.round_trn else self.tout.rounding
 
     def _tail_reg(self) -> bool:
-        return self.stage_regs[self.levels]
+        return self.stage_regs[self.levels + (1 if self.clusters else 0)]
 
     def elaborate(self, platform: object) -> Module:
         return self._elaborate_r1()
