@@ -132,7 +132,7 @@ class DenseGraph(Dense, kind="graph"):
     def describe(self) -> dict[str, object]:
         return {**super().describe(),
                 "adder_graph": {"adders": len(self.graph.adders()), "depth": self.levels,
-                                "clusters": max(1, self.clusters),
+                                **({"clusters": self.clusters} if self.clusters else {}),
                                 "chain_bits": sum(self.graph.chain_bits(i)
                                                   for i in self.graph.adders())}}
 
