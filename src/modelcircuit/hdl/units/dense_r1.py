@@ -155,6 +155,11 @@ class DenseGraph(Dense, kind="graph"):
         def at(i: int, stage: int) -> object:
             v = vals.get((i, stage))
             if v is None:
+                if g.nodes[i].kind == "const":
+                    # the same in every stage: no register (registers of equal constants,
+                    # merged by yosys across layers, became one flip-flop whose net crossed
+                    # the die: the qkeras jet tagger's critical path, 14 ns of routing)
+                    return vals[(i, 0)]
                 v = ops.regs([at(i, stage - 1)], f"n{i}s{stage}_")[0]
                 vals[(i, stage)] = v
             return v
