@@ -312,9 +312,8 @@ def swapped_move(im: ImportState, node: onnx.NodeProto, x: str,
         idx = node.input[1]
         if not im.is_const(idx):
             return False
-        ax = int(attrs(node).get("axis", 0))
-        ax = ax + len(full) if ax < 0 else ax
-        if not 0 <= ax < len(full) or ax == b_in:
+        ax = _sample_axis(node, full, b_in)
+        if ax is None:
             return False
         pa = ax if ax < b_in else ax - 1
         iv = np.asarray(im.const(idx)).astype(np.int64)
@@ -338,6 +337,14 @@ def swapped_move(im: ImportState, node: onnx.NodeProto, x: str,
     return False
 
 
+def _sample_axis(node: onnx.NodeProto, full: list[int], b_in: int) -> int | None:
+    """The node's `axis` (negative counted from the end) in a swapped tensor of shape `full`
+    whose batch is axis b_in; None when it is out of range or the batch."""
+    ax = int(attrs(node).get("axis", 0))
+    ax = ax + len(full) if ax < 0 else ax
+    return None if not 0 <= ax < len(full) or ax == b_in else ax
+
+
 def _swapped_concat(im: ImportState, node: onnx.NodeProto, perm: tuple[int, ...], label: str,
                     b_in: int, full: list[int]) -> bool:
     """Concat of tensors in one sequence-first layout along an axis that is not the batch
@@ -346,9 +353,8 @@ def _swapped_concat(im: ImportState, node: onnx.NodeProto, perm: tuple[int, ...]
     ins = [i for i in node.input if i]
     if any(i not in im.swapped or tuple(im.swapped[i][0]) != perm for i in ins):
         return False
-    ax = int(attrs(node).get("axis", 0))
-    ax = ax + len(full) if ax < 0 else ax
-    if not 0 <= ax < len(full) or ax == b_in:
+    ax = _sample_axis(node, full, b_in)
+    if ax is None:
         return False
     pa = ax if ax < b_in else ax - 1
     shapes = [act_shape(im, i) for i in ins]
