@@ -31,7 +31,7 @@ from .layout import (
     split,
     transpose,
 )
-from .quant import clip_bounds, qdq
+from .qdq import clip_bounds, qdq
 from .recurrent import recurrent, swapped_move
 from .spatial import conv, pool, reduce_spatial, resize
 from .swish import swish

@@ -71,7 +71,8 @@ from .io import (
     tensor_value,
 )
 from .layout import attrs
-from .quant import bipolar, clip_codes, quant, trunc
+from .qdq import clip_codes
+from .quant import bipolar, quant, trunc
 from .recurrent import run_time_input, sequence_first_view
 from .spatial import conv, pad_folds, padded_reader, pool
 from .state import SUPPORTED_OPS, ImportState
