@@ -142,6 +142,42 @@ def test_text_export_has_amaranth_registers_and_schedule(seed: int, pipeline: st
     assert "module top__core" not in v_a
 
 
+def _constant_registers(v: str) -> list[str]:
+    """The registers of the text cores in Verilog `v` whose next value depends on no input
+    bit and no register: a constant, which yosys merges across layers into one flip-flop."""
+    import re
+
+    ident = re.compile(r"(?<!')\b[A-Za-z_]\w*\b")
+    out = []
+    for core in re.split(r"(?=module top__core)", v)[1:]:
+        defs = dict(re.findall(r"assign (\w+) = (.*);", core))
+        regs = dict(re.findall(r"(\w+) <= (.*);", core))
+        data = {"x", *regs}
+        changed = True
+        while changed:
+            changed = False
+            for w, e in defs.items():
+                if w not in data and data & set(ident.findall(e)):
+                    data.add(w)
+                    changed = True
+        out += [r for r, e in regs.items() if not data & set(ident.findall(e))]
+    assert "module top__core" in v
+    return sorted(out)
+
+
+@pytest.mark.parametrize("pipeline", ["latency", "fmax"])
+def test_no_register_holds_a_constant(pipeline: str) -> None:
+    """A bias is added to a product at the first adder level, never registered on its own
+    (both strategies): registers of equal constants with the same enable are merged by yosys
+    into one flip-flop whose net crossed the die (the jet taggers' critical paths)."""
+    for seed in range(6):
+        c, plan, _ = chain_case(seed)
+        for strategy in ("mult", "da"):
+            p = ReusePlan(plan.layers, strategy=dict.fromkeys(plan.layers, strategy))
+            v, _, _ = convert(c, p, pipeline=pipeline)
+            assert not _constant_registers(v), (seed, strategy, _constant_registers(v)[:5])
+
+
 def test_text_export_is_byte_deterministic(tmp_path) -> None:  # noqa: ANN001
     c, plan, _ = chain_case(5)
     a = export_verilog(c, tmp_path / "a", plan, pipeline="fmax")

@@ -221,18 +221,21 @@ class Dense(Unit):
         return ops.fit(v, self.mod, True) if width > self.mod or not is_signed else v
 
     def _tree(self, ops: Ops, cols: list[list[object]], flags: list[bool],
-              carry: list[object]) -> tuple[list[object], list[object]]:
+              carry: list[object], fixed: frozenset[int] = frozenset()
+              ) -> tuple[list[object], list[object]]:
         """Reduce each column to one value, registering all columns (and `carry`) after
-        adder level i when flags[i]. Returns (sums, carry)."""
+        adder level i when flags[i], but the `fixed` ones (constants: registers of equal
+        constants are merged by yosys into one flip-flop whose net crosses the die).
+        Returns (sums, carry)."""
         cols = [c if c else [ops.const(0, 2, True)] for c in cols]
         for lvl in range(self.levels):
             cols = [[self._wrap(ops, ops.add(c[i], c[i + 1])) if i + 1 < len(c) else c[i]
                      for i in range(0, len(c), 2)] for c in cols]
             if flags[lvl]:
-                flat = [v for c in cols for v in c]
+                flat = [v for j, c in enumerate(cols) if j not in fixed for v in c]
                 r = ops.regs(flat + carry, f"t{lvl}_")
                 it = iter(r[:len(flat)])
-                cols = [[next(it) for _ in c] for c in cols]
+                cols = [c if j in fixed else [next(it) for _ in c] for j, c in enumerate(cols)]
                 carry = r[len(flat):]
         assert all(len(c) == 1 for c in cols)
         return [c[0] for c in cols], carry

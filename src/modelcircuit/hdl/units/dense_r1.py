@@ -51,8 +51,13 @@ class DenseParallel(Dense, kind="parallel"):
         """R = 1, products: one term per non-zero weight (shift-add leaves, shifts or
         constant products) and the bias, the product registers, the adder tree."""
         cols: list[list[object]] = []
+        nb: list[int] = []  # per column, 1 where its first term is the bias (not registered)
         for j in range(self.n_out):
-            terms = []
+            # the bias first: level 0 adds it to a product, so it is never registered (as in
+            # DenseGraph: registers of equal constants are merged by yosys across layers into
+            # one flip-flop whose net crosses the die)
+            terms = [self._wrap(ops, ops.const(self.bias[j]))] if self.bias[j] else []
+            nb.append(len(terms))
             for i in range(self.n_in):
                 if self.shift_add[i, j]:
                     for d, k in csd(int(self.w[i, j])):
@@ -62,15 +67,14 @@ class DenseParallel(Dense, kind="parallel"):
                 p = self._const_mul(ops, x[i], int(self.w[i, j]))
                 if p is not None:
                     terms.append(self._wrap(ops, ops.shl(p, self.p_shift)))
-            if self.bias[j]:
-                terms.append(self._wrap(ops, ops.const(self.bias[j])))
             cols.append(terms)
         flags = self.stage_regs
         if flags[0]:  # the products alone in their stage
-            flat = [v for c in cols for v in c]
+            flat = [v for c, b in zip(cols, nb, strict=True) for v in c[b:]]
             it = iter(ops.regs(flat, "p"))
-            cols = [[next(it) for _ in c] for c in cols]
-        sums, _ = self._tree(ops, cols, flags[1:1 + self.levels], [])
+            cols = [c[:b] + [next(it) for _ in c[b:]] for c, b in zip(cols, nb, strict=True)]
+        fixed = frozenset(j for j, c in enumerate(cols) if len(c) == nb[j])  # no product
+        sums, _ = self._tree(ops, cols, flags[1:1 + self.levels], [], fixed)
         return sums
 
     def _tail_reg(self) -> bool:
