@@ -410,7 +410,12 @@ def _refusal(nodes, inp, inits, what: str, tmp_path, capsys, opset=13):
 
 
 @pytest.mark.parametrize("case,what", [
-    ("dilation", "dilations"), ("linear", "mode 'linear'"),
+    ("maxpool_dilation", "MaxPool dilations [2, 2] are not supported"),
+    ("avgpool_dilation", "AveragePool dilations [1, 2] are not supported"),
+    ("dilation_zero", "dilations [0, 1] must be 2 positive integers"),
+    ("dilation_negative", "dilations [2, -1] must be 2 positive integers"),
+    ("dilation_length", "dilations [2] must be 2 positive integers"),
+    ("linear", "mode 'linear'"),
     ("fraction", "not an integer nearest-neighbour upsampling"),
     ("ceil", "ceil_mode"),
     ("half_pixel_floor", "not an integer nearest-neighbour upsampling"),
@@ -418,9 +423,18 @@ def _refusal(nodes, inp, inits, what: str, tmp_path, capsys, opset=13):
 def test_unsupported_attributes_are_refused_naming_the_node(case, what, tmp_path, capsys):
     rng = np.random.default_rng(0)
     n = helper.make_node
-    if case == "dilation":
-        nodes, inits = [n("Conv", ["x", "W"], ["y"], dilations=[2, 2], name="c1")], \
-            {"W": _w(rng, 2, 4, 3, 3)}
+    opset = 13
+    if case == "maxpool_dilation":  # a max/mean over spaced taps: no IR window (a dilated
+        # Conv is taken: tests/graphs/test_conv_dilated.py)
+        node = n("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2, 2], name="c1")
+        nodes, inits = [node], {}
+    elif case == "avgpool_dilation":  # AveragePool has dilations since opset 19
+        node = n("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[1, 2], name="c1")
+        nodes, inits, opset = [node], {}, 19
+    elif case.startswith("dilation"):
+        dil = {"zero": [0, 1], "negative": [2, -1], "length": [2]}[case.split("_")[1]]
+        nodes = [n("Conv", ["x", "W"], ["y"], dilations=dil, name="c1")]
+        inits = {"W": _w(rng, 2, 4, 3, 3)}
     elif case == "linear":
         nodes, inits = [n("Resize", ["x", "", "S"], ["y"], mode="linear", name="c1")], \
             {"S": [1, 1, 2, 2]}
@@ -432,7 +446,7 @@ def test_unsupported_attributes_are_refused_naming_the_node(case, what, tmp_path
     else:  # a partial last window with counted padding (a MaxPool's ceil_mode is taken)
         nodes, inits = [n("AveragePool", ["x"], ["y"], kernel_shape=[4, 4], strides=[2, 2],
                           pads=[1, 1, 1, 1], count_include_pad=1, ceil_mode=1, name="c1")], {}
-    _refusal(nodes, (4, 7, 7), inits, what, tmp_path, capsys)
+    _refusal(nodes, (4, 7, 7), inits, what, tmp_path, capsys, opset=opset)
 
 
 def test_zero_point_with_padding_is_refused(tmp_path, capsys):

@@ -26,21 +26,26 @@ def _ints(a: dict, key: str, n: int, default: int) -> list[int]:
     return [default] * n if v is None else [int(x) for x in v]
 
 
+def _dilations(im: ImportState, node: onnx.NodeProto, r: int) -> list[int]:
+    """A window op's dilations, checked: one positive integer per spatial axis."""
+    dil = _ints(attrs(node), "dilations", r, 1)
+    if len(dil) != r or any(d < 1 for d in dil):
+        raise im.err(node, f"dilations {dil} must be {r} positive integers")
+    return dil
+
+
 def _window_attrs(im: ImportState, node: onnx.NodeProto, spatial: tuple[int, ...],
                   kernel: list[int]) -> tuple[list[int], list[int]]:
-    """(strides, pads) of a window op, checked: dilations 1, auto_pad resolved, every window
-    overlapping the input (a pool's ceil_mode: _ceil_pads)."""
+    """(strides, pads) of a window op, checked: auto_pad resolved, every window overlapping
+    the input (a pool's ceil_mode: _ceil_pads). `kernel` is the window's extent: a dilated
+    Conv's is that of its expanded weight (_dilate), as ONNX's SAME padding counts it."""
     a = attrs(node)
     r = len(spatial)
     if len(kernel) != r or any(k < 1 for k in kernel):
         raise im.err(node, f"kernel {kernel} does not fit the {r} spatial axes of the input")
     strides = _ints(a, "strides", r, 1)
-    dil = _ints(a, "dilations", r, 1)
     if len(strides) != r or any(s < 1 for s in strides):
         raise im.err(node, f"strides {strides} must be {r} positive integers")
-    if any(d != 1 for d in dil):
-        raise im.unsupported(node, "dilations", f"dilations {dil} are not supported "
-                             "(dilation 1 only)")
     auto = a.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else str(auto)
     if auto in ("NOTSET", ""):
@@ -142,6 +147,10 @@ def conv(im: ImportState, node: onnx.NodeProto, cl_domain: bool = False) -> None
                      f"{list(W.shape)}")
     if group not in (1, cin):
         Wt, group = _dense_groups(Wt, group), 1
+    dil = _dilations(im, node, r)
+    if any(d != 1 for d in dil):
+        Wt = _dilate(Wt, dil)
+        kernel = list(Wt.shape[:r])
     strides, pads = _window_attrs(im, node, shp[:-1], kernel)
     out_sp = _out_spatial(shp[:-1], kernel, strides, pads)
     wn = im.add_const(im.fresh(f"{im.src(w)}_hwio"), Wt, im.const_types.get(im.src(w)))
@@ -170,6 +179,19 @@ def _dense_groups(Wt: np.ndarray, group: int) -> np.ndarray:
     return full
 
 
+def _dilate(Wt: np.ndarray, dil: list[int]) -> np.ndarray:
+    """A dilated Conv's (*kernel, Cin/group, Cout) weight as the weight of the Conv with
+    dilation 1 over the span of its window: kernel (k - 1) * d + 1 per axis, tap i at
+    i * d, zeros between. Exact in every number type (a zero product adds nothing); the
+    circuit's constant multipliers drop the zeros at reuse 1, a folded (reused) Conv spends
+    steps on them; the line buffers hold the rows a dilated window spans anyway."""
+    r = len(dil)
+    span = tuple((k - 1) * d + 1 for k, d in zip(Wt.shape[:r], dil, strict=True))
+    full = np.zeros(span + Wt.shape[r:], dtype=Wt.dtype)
+    full[tuple(slice(None, None, d) for d in dil)] = Wt
+    return full
+
+
 def pool(im: ImportState, node: onnx.NodeProto, cl_domain: bool = False) -> None:
     op = node.op_type
     if len(node.output) > 1 and node.output[1]:
@@ -181,6 +203,10 @@ def pool(im: ImportState, node: onnx.NodeProto, cl_domain: bool = False) -> None
     if glob:
         strides, pads = [1] * len(kernel), [0] * (2 * len(kernel))
     else:
+        dil = _dilations(im, node, len(shp) - 1)
+        if any(d != 1 for d in dil):  # a max/mean over spaced taps is no window of the IR
+            why = f"{op} dilations {dil} are not supported (dilation 1 only; a dilated Conv is)"
+            raise im.unsupported(node, "dilations", why)
         strides, pads = _window_attrs(im, node, shp[:-1], kernel)
     declared = pads
     if not glob and im.flag(node, a, "ceil_mode", 0):
