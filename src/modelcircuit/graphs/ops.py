@@ -147,6 +147,7 @@ class SubAttrs(AddAttrs):
 class MulAttrs(Attrs):
     OP = Op.MUL
     acc: FixedType | None = _a("fixed", None)  # exact product
+    exact: bool = _a("bool", False)            # output type = the product (assign_types)
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,8 @@ class SoftmaxAttrs(Attrs):
     recip_type: FixedType | None = _a("fixed", None)
     recip_lo: int | None = _a("int", None)
     recip_shift: int | None = _a("int", None)
+    scale: float = _a("float", 1.0)   # softmax(scale * x): a quantizer's scale on its codes
+    # (passes/scales.py), which the exp table holds in fixed point
 
 
 @dataclass(frozen=True)

@@ -198,12 +198,13 @@ def lut(g: Graph, node: Node, ins: list[Array]) -> Array:
 
 
 def softmax(g: Graph, node: Node, ins: list[Array]) -> Array:
+    """softmax(scale * x) over the last axis; fixed point: the exp table holds the scale."""
     x = ins[0]
+    a = SoftmaxAttrs.of(node)
     if not _is_fixed(g, node):
-        x32 = _f32(x)
+        x32 = _f32(x) if a.scale == 1.0 else _f32(_f32(x) * np.float32(a.scale))
         e = np.exp(x32 - x32.max(axis=-1, keepdims=True))
         return _f32(e / e.sum(axis=-1, keepdims=True))
-    a = SoftmaxAttrs.of(node)
     exp_t, rec_t = _const(g, node.inputs[1]).astype(np.int64), _const(g, node.inputs[2]).astype(np.int64)
     q = x.astype(np.int64)
     d = q - q.max(axis=-1, keepdims=True)

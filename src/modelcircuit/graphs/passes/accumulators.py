@@ -20,6 +20,7 @@ from ..ops import (
     SELECTING,
     AddAttrs,
     AvgPoolAttrs,
+    MulAttrs,
     Op,
     attrs,
     window_counts,
@@ -253,5 +254,7 @@ def accumulator_types(g: Graph) -> Graph:
                     prods.append(x.qmax << c.frac)
                 acc = _check(node, min(prods + [0]), max(prods + [0]), x.frac + c.frac, "product")
                 node = node.with_attrs(acc=str(acc))
+                if node.op == Op.MUL and MulAttrs.of(node).exact:
+                    tensors[node.outputs[0]] = dataclasses.replace(tensors[node.outputs[0]], dtype=acc)
         nodes.append(node)
     return g.replace(nodes=tuple(nodes), tensors=tensors)

@@ -3,7 +3,12 @@
 Priority: types from the model's own quantizers (QONNX Quant, QDQ) > per-layer map >
 calibration ranges > the global precision > fixed<16,6>. Dense/Add outputs of a model-typed
 graph with no user precision keep their exact accumulator type (as FINN does), and tensors of a
-float chain that ends in a model quantizer stay untyped for the thresholds pass.
+float chain that ends in a model quantizer stay untyped for the thresholds pass. There too, a
+quantizer's scale s * codes that feeds a residual join (Add/Sub of two activations) rounded
+by a model quantizer, or a Softmax, is exact: the scale typed exactly (every float is a binary
+fraction), the product typed by accumulator_types (onnxruntime's QDQ Add dequantizes both
+operands exactly, adds, quantizes once; the Softmax's exp table takes the scale,
+passes/tables.py), and a Softmax whose result a model quantizer rounds keeps e * r unrounded.
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..ir import Graph, GraphError, Node, Tensor
-from ..ops import FLOAT_CHAIN, LAYOUT, LINEAR, SELECTING, LeakyReluAttrs, Op
-from ..types import FLOAT32, FixedType, NumType, parse_type
+from ..ops import ADDITIVE, FLOAT_CHAIN, LAYOUT, LINEAR, SELECTING, LeakyReluAttrs, Op
+from ..types import FLOAT32, FixedType, NumType, TypeError_, parse_type, type_for_range
+from ._util import single_consumer
+from .tables import SOFTMAX_PRODUCT
 
 DEFAULT_PRECISION = FixedType(16, 6)
 _EXACT_OPS = frozenset({Op.DENSE, Op.CONV, Op.ADD, Op.SUB})  # ops with an `exact` attribute
+MAX_EXACT_SCALE_BITS = 32  # a scale typed exactly (a float32 one needs at most 25 bits)
 
 
 def fit_int_bits(max_abs: float, width: int, signed: bool = True) -> int:
@@ -59,6 +67,50 @@ def _chain_to_model_quant(g: Graph, node: Node) -> bool:
         if nxt.op not in FLOAT_CHAIN or any(not g.is_const(i) for i in nxt.inputs[1:]):
             return False
         cur = nxt
+
+
+def exact_type(values: np.ndarray) -> FixedType | None:
+    """The smallest fixed-point type that holds every value exactly (a finite float is a
+    binary fraction), or None past MAX_EXACT_SCALE_BITS bits."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not v.size or not np.all(np.isfinite(v)):
+        return None
+    ratios = [float(x).as_integer_ratio() for x in v]
+    frac = max(d.bit_length() - 1 for _, d in ratios)
+    codes = [n << (frac - (d.bit_length() - 1)) for n, d in ratios]
+    try:
+        t = type_for_range(min(codes + [0]), max(codes + [0]), frac)
+    except TypeError_:
+        return None
+    return t if t.width <= MAX_EXACT_SCALE_BITS else None
+
+
+def _exact_scale(g: Graph, node: Node, codes_typed: bool) -> bool:
+    """A Mul of a quantizer's codes (`codes_typed`) by a constant scale whose exact product
+    is read by a residual join (Add/Sub of two activations) that flows into a model quantizer,
+    or by a Softmax (a positive per-tensor scale, which its exp table takes)."""
+    if (node.op != Op.MUL or not codes_typed or not g.is_const(node.inputs[1])
+            or g.is_const(node.inputs[0])):
+        return False
+    c = single_consumer(g, node.outputs[0])
+    sc = np.asarray(g.constants[node.inputs[1]], dtype=np.float64)
+    if c is None or exact_type(sc) is None:
+        return False
+    if c.op == Op.SOFTMAX:
+        return bool(np.unique(sc).size == 1 and sc.reshape(-1)[0] > 0)
+    return (c.op in ADDITIVE and not any(g.is_const(i) for i in c.inputs)
+            and _chain_to_model_quant(g, c))
+
+
+def _zero_point_of_scale(g: Graph, node: Node, tensors: dict[str, Tensor]) -> bool:
+    """An Add of a quantizer's codes and a constant (minus its zero point) before an exact
+    scale (`_exact_scale`): the constant is typed exactly too (an integer: no fraction bits)."""
+    if (node.op != Op.ADD or not g.is_const(node.inputs[1]) or g.is_const(node.inputs[0])
+            or not isinstance(tensors[node.inputs[0]].dtype, FixedType)):
+        return False
+    m = single_consumer(g, node.outputs[0])
+    return (m is not None and exact_type(g.constants[node.inputs[1]]) is not None
+            and _exact_scale(g, m, True))
 
 
 def _per_layer_type(per_layer: Mapping[str, object], key: str, part: str) -> NumType | None:
@@ -147,12 +199,30 @@ def assign_types(g: Graph, precision: NumType | None = None,
 
     nodes: list[Node] = []
     consts = dict(g.constants)
+    exact_model = model_typed and precision is None
+    later: set[str] = set()  # outputs typed exactly by accumulator_types (scales, their joins)
+    exact_adds: set[str] = set()
+
+    def codes(x: str) -> bool:
+        """A quantizer's codes, or codes minus a constant zero point (an exact Add)."""
+        if isinstance(tensors[x].dtype, FixedType):
+            return True
+        p = g.producer(x)
+        return (p is not None and p.op == Op.ADD and g.is_const(p.inputs[1])
+                and isinstance(tensors[p.inputs[0]].dtype, FixedType)
+                and p.name in exact_adds)
+
     for x in g.inputs:
         if tensors[x].dtype is None:
             set_t(x, activation_type(x, x))
     for node in g.nodes:
         in_chain = (node.op in FLOAT_CHAIN and _chain_to_model_quant(g, node)
                     and all(g.is_const(i) for i in node.inputs[1:] if i))  # not a sum of two
+        scale = (exact_model and node.op == Op.MUL
+                 and _per_layer_type(per_layer, node.name, "result") is None
+                 and _exact_scale(g, node, codes(node.inputs[0])))
+        if scale or (exact_model and _zero_point_of_scale(g, node, tensors)):
+            set_t(node.inputs[1], exact_type(g.constants[node.inputs[1]]))
         # constants first: weights, biases, element-wise constants (float-chain constants stay
         # float: the thresholds pass evaluates them as the model does)
         for k, c in enumerate(node.inputs[1:], start=1):
@@ -184,11 +254,18 @@ def assign_types(g: Graph, precision: NumType | None = None,
                 set_t(out, ins[0])  # channel concat of one quantizer's codes: no conversion
             elif _per_layer_type(per_layer, node.name, "result") is not None:
                 set_t(out, activation_type(out, node.name))
+            elif scale:
+                node = node.with_attrs(exact=True)
+                later.add(out)
             elif in_chain:
                 pass  # left for the thresholds pass
-            elif (model_typed and precision is None and node.op in _EXACT_OPS
-                  and all(t is not None for t in ins)):
+            elif (exact_model and node.op in _EXACT_OPS
+                  and all(tensors[i].dtype is not None or i in later for i in node.inputs if i)):
                 node = node.with_attrs(exact=True)
+                if node.op == Op.ADD:
+                    exact_adds.add(node.name)
+            elif exact_model and node.op == Op.SOFTMAX and _chain_to_model_quant(g, node):
+                set_t(out, SOFTMAX_PRODUCT)  # e * r unrounded: the model quantizer rounds once
             elif (node.op in LINEAR and _chain_to_model_quant(g, node)
                   and all(t is not None for t in ins)):
                 node = node.with_attrs(exact=True)
