@@ -88,6 +88,9 @@ CASES: list[tuple[str, Setup, str]] = [
     ("layers-unknown-key", lambda d: ["compile", "--precision", _precision_file(d / "p.json", {"fc1_matmul": {"colour": "fixed<8,3>"}}), "--out", f"{d}/o"], "colour"),
     ("layers-type-number", lambda d: ["compile", "--precision", _precision_file(d / "p.json", {"fc1_matmul": 8}), "--out", f"{d}/o"], "fc1_matmul"),
     ("layers-bad-type", lambda d: ["compile", "--precision", _precision_file(d / "p.json", {"fc1_matmul": "fixed<8"}), "--out", f"{d}/o"], "fixed<8"),
+    # a weight (or bias) type for a node with none was accepted and ignored
+    ("layers-weight-of-relu", lambda d: ["compile", "--precision", _precision_file(d / "p.json", {"relu1": {"weight": "fixed<8,3>"}}), "--out", f"{d}/o"], "entry 'relu1': key 'weight', but node relu1 (Relu) has no weight"),
+    ("layers-bias-of-input", lambda d: ["compile", "--precision", _precision_file(d / "p.json", {"pixels": {"result": "fixed<8,3>", "bias": "fixed<8,3>"}}), "--out", f"{d}/o"], "key 'bias', but graph input 'pixels' has no bias"),
     ("layers-bad-part-type", lambda d: ["compile", "--precision", _precision_file(d / "p.json", {"fc1_matmul": {"weight": "int8"}}), "--out", f"{d}/o"], "int8"),
     ("layers-default-number", lambda d: ["compile", "--precision", _precision_file(d / "p.json", {"default": 16}), "--out", f"{d}/o"], "default"),
     ("layers-invalid-json", lambda d: ["compile", "--precision", _text(d / "p.json", "{fc1: fixed<8,3>"), "--out", f"{d}/o"], "not valid JSON"),

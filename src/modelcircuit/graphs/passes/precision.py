@@ -130,6 +130,7 @@ def check_per_layer(g: Graph, per_layer: Mapping[str, object] | None) -> None:
     if not per_layer:
         return
     known = [n.name for n in g.nodes] + list(g.inputs)
+    by_name = {n.name: n for n in g.nodes}
     for key, v in per_layer.items():
         if not isinstance(key, str) or key not in known:
             near = [k for k in known if isinstance(key, str) and key.lower() in k.lower()][:3]
@@ -137,6 +138,24 @@ def check_per_layer(g: Graph, per_layer: Mapping[str, object] | None) -> None:
                              f"{g.name}; known: {', '.join((near or known)[:12])}"
                              + (" …" if len(near or known) > 12 else ""))
         check_per_layer_entry(key, v, "per-layer precision")
+        for part in v if isinstance(v, dict) else ():
+            if part != "result" and not _has_part(g, by_name.get(key), part):
+                n = by_name.get(key)
+                what = f"node {key} ({n.op})" if n is not None else f"graph input {key!r}"
+                raise GraphError(f"per-layer precision, entry {key!r}: key {part!r}, but {what} "
+                                 f"has no {part} (no constant input to type); give it a result "
+                                 "type only")
+
+
+def _has_part(g: Graph, node: Node | None, part: str) -> bool:
+    """Whether a per-layer "weight" or "bias" type has something to type in node (as
+    assign_types reads them: the constant second input; a later constant, or the bias a
+    Dense/Conv gets from the Add after it)."""
+    if node is None:
+        return False
+    if part == "weight":
+        return len(node.inputs) > 1 and g.is_const(node.inputs[1])
+    return node.op in LINEAR or any(i and g.is_const(i) for i in node.inputs[2:])
 
 
 PER_LAYER_PARTS = ("result", "weight", "bias")
