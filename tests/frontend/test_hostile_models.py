@@ -303,6 +303,15 @@ case("output-shape-mismatch", "declared with shape", proto(lambda: model(
     [helper.make_node("Relu", ["x"], ["y"])], outputs=[vi("y", ["N", 7])])))
 case("output-is-constant", "is a constant", proto(lambda: model(
     [helper.make_node("Relu", ["x"], ["h"])], outputs=[vi("c", [3])], inits=[init("c", [1, 2, 3])])))
+# brevitas' QCDQ export lists quantizer parameters as outputs next to the computed one: the
+# refusal said "nothing to compute" of a model that computes its first output
+case("output-constant-beside-computed",
+     "output 'c' (output 2 of 3) is a constant (an initializer), not computed from the input; "
+     "constant outputs are not supported: remove 2 constant outputs ('c', 'k') from the "
+     "graph's outputs, which leaves 1 computed", proto(lambda: model(
+         [helper.make_node("Relu", ["x"], ["y"])], outputs=[vi("y", ["N", 4]), vi("c", [3]),
+                                                         vi("k", [])],
+         inits=[init("c", [1, 2, 3]), init("k", 0.5)])))
 
 # dtypes of inputs and constants
 for dt in ("BOOL", "STRING", "COMPLEX64", "INT64", "DOUBLE", "UINT8"):

@@ -193,7 +193,8 @@ def check_outputs(im: ImportState) -> list[str]:
     """The graph's outputs, each computed by the import and declared as it is computed;
     returns the names of the tensors they are."""
     outputs = []
-    for vo in named_once(im.g.output, "graph output", "listed"):
+    declared = list(im.g.output)
+    for k, vo in enumerate(named_once(declared, "graph output", "listed")):
         o = vo.name
         if o in im.uncomputed or o not in im.defined:
             raise GraphError(f"output {q(o)} is not computed by any supported node "
@@ -203,10 +204,29 @@ def check_outputs(im: ImportState) -> list[str]:
                              "or initializer has this name)")
         s = im.src(o)
         if s in im.consts:
-            raise GraphError(f"output {q(o)} is a constant; nothing to compute")
+            raise GraphError(_constant_output(im, declared, k))
         _check_output_type(im, vo, s)
         outputs.append(s)
     return outputs
+
+
+def _constant_output(im: ImportState, declared: list, k: int) -> str:
+    """The refusal of graph output k, a constant (an initializer, a Constant node's value or
+    what folds to one): not computed from the input, which is all a compiled model returns.
+    It names every constant output, and how many are computed (brevitas' QCDQ export lists
+    quantizer parameters as outputs next to the model's own)."""
+    names = [vo.name for vo in declared]
+    const = [n for n in names if n in im.defined and n not in im.uncomputed
+             and im.src(n) in im.consts]
+    computed = len(names) - len(const)
+    o = names[k]
+    where = f" (output {k + 1} of {len(names)})" if len(names) > 1 else ""
+    listed = ", ".join(q(n) for n in const[:6]) + (" …" if len(const) > 6 else "")
+    return (f"output {q(o)}{where} is a constant ({im.defined.get(o, 'a constant')}), not "
+            f"computed from the input; constant outputs are not supported: "
+            + (f"remove {len(const)} constant output{'s' if len(const) > 1 else ''} "
+               f"({listed}) from the graph's outputs, which leaves {computed} computed"
+               if computed else "the model computes nothing from its input"))
 
 
 def _check_output_type(im: ImportState, vo: onnx.ValueInfoProto, s: str) -> None:
