@@ -178,8 +178,11 @@ def _context(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float | 
     geom = tuple(fam["bram_rom"])
     narrow = soft_max_width(fam_name)
     amin, bmin, ymin = fam.get("dsp_min_widths", (0, 0, 0))
+    sched = SCHEDULES.get(pipeline)
     for lay in layers:
         lay["bram_geom"] = geom
+        if sched is not None:  # what DenseGraph (strategy "da") builds under this schedule
+            lay["graph_cluster"], lay["adder_levels"] = sched.graph_cluster, sched.adder_levels
         # products in logic as the circuit plan decides it (plan/circuit.dsp_lanes): the
         # input width and the widest coefficient the weights need, not the weight type's
         # (issue 27: fixed<8,3> weights of 8 bits fit the soft width 8 of Gowin and ECP5,

@@ -325,19 +325,25 @@ def _lanes_cost(layer: dict[str, Any], kk: int, cout: int, r: int, lean: bool,
 
 
 def adder_graph(layer: dict[str, Any]) -> Any:
-    """The layer's CMVM adder graph (hdl/plan/cmvm.py, as the "da" strategy builds it), made
-    once per layer dict."""
+    """The layer's CMVM adder graph (hdl/plan/cmvm.py, as the "da" strategy builds it: one
+    graph per cluster of the schedule's `graph_cluster` output columns where the layer has
+    more, hdl/units/dense_r1.DenseGraph), made once per layer dict."""
     if "graph" not in layer:
-        from ..plan.cmvm import optimize
+        from ..plan.cmvm import clustered, optimize
 
-        wx, n_in, sx = layer["wx"], layer["w"].shape[0], layer.get("sx", True)
+        wx, (n_in, n_out), sx = layer["wx"], layer["w"].shape, layer.get("sx", True)
+        size = int(layer.get("graph_cluster") or 0)
+        size = size if n_out > size else 0
         w = np.ascontiguousarray(layer["w"], dtype=np.int64)
-        key = (w.shape, w.tobytes(), wx, sx, layer["acc"])
+        key = (w.shape, w.tobytes(), wx, sx, layer["acc"], size)
         g = _GRAPHS.get(key)
         if g is None:
             lo = -(1 << (wx - 1)) if sx else 0
             hi = (1 << (wx - (1 if sx else 0))) - 1
-            g = optimize(w, [lo] * n_in, [hi] * n_in, cap=layer["acc"])
+            if size:
+                g = clustered(w, [lo] * n_in, [hi] * n_in, None, layer["acc"], size)[0]
+            else:
+                g = optimize(w, [lo] * n_in, [hi] * n_in, cap=layer["acc"])
             if len(_GRAPHS) >= 32:
                 _GRAPHS.pop(next(iter(_GRAPHS)))
             _GRAPHS[key] = g
@@ -349,13 +355,16 @@ def adder_graph(layer: dict[str, Any]) -> Any:
 _GRAPHS: dict[tuple, Any] = {}
 
 
-def da_cost(layer: dict[str, Any], adder_levels: int = 4) -> LayerCost:
-    """R = 1 as one shared adder graph (strategy "da"): no multiplier; every carry-chain bit
+def da_cost(layer: dict[str, Any]) -> LayerCost:
+    """R = 1 as one shared adder graph (strategy "da"; or one per cluster of columns, each
+    reading its own registered copy of the inputs): no multiplier; every carry-chain bit
     one LUT4 (half a CCU2C on ECP5: nextpnr counts a CCU2C as 2 COMB), a constant adder
-    per output (the bias), the requantization, and the registers: the outputs, and every
-    value alive across a stage boundary (one every `adder_levels` levels)."""
+    per output (the bias), the requantization, and the registers: the outputs, the input
+    copies, and every value alive across a stage boundary (one every `adder_levels` levels
+    of the schedule, 4 unless the layer names it)."""
     g = adder_graph(layer)
-    n_out = layer["w"].shape[1]
+    adder_levels = int(layer.get("adder_levels") or 4)
+    n_in, n_out = layer["w"].shape
     acc, wo = layer["acc"], layer["wo"]
     bits = sum(g.chain_bits(i) for i in g.adders())
     # cmvm.AdderGraph.cost: 1.08 COMB per chain bit on ECP5 (a CCU2C counts 2), 1.26 LUT4
@@ -365,7 +374,7 @@ def da_cost(layer: dict[str, Any], adder_levels: int = 4) -> LayerCost:
     for nd in g.nodes:
         for o in (nd.a, nd.b) if nd.kind == "add" else (nd.a,) if nd.kind == "neg" else ():
             last_use[o] = max(last_use.get(o, 0), nd.depth)
-    ff = n_out * wo
+    ff = n_out * wo + g.stats.get("clusters", 0) * n_in * layer["wx"]
     for i, d in last_use.items():
         nd = g.nodes[i]
         crossings = d // adder_levels - nd.depth // adder_levels
