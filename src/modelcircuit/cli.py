@@ -238,7 +238,9 @@ def _tool_tail_on_error() -> Iterator[None]:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
+    from .graphs.profiles import get_profile
     from .hdl.flow import build, fpga_profile, text_table
+    from .hdl.flow.build import check_profile
 
     def say(s: str) -> None:
         print(s, file=sys.stderr, flush=True)
@@ -251,6 +253,7 @@ def cmd_build(a: argparse.Namespace) -> int:
     reuse = parse_reuse(a.reuse)
     if not a.profile:
         a.profile = prof["name"]
+    check_profile(get_profile(a.profile)["name"], prof["name"])  # before the compile
     out = (a.out if a.out is not None else
            f"out/{Path(a.model or DEFAULT_MODEL).stem}-{prof['name']}"
            + (f"-{a.board}" if a.board else ""))

@@ -111,3 +111,25 @@ def test_failing_tool_shows_log_tail_and_leaves_nothing(tmp_path):
     assert "| line one" in r.stderr  # the log's last lines are shown
     assert not (tmp_path / "o").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o.")]
+
+
+def test_profile_other_than_the_device_is_refused(tmp_path):
+    """`build --device ice40-up5k --profile ecp5-85k` planned the circuit for ECP5 (FIFOs in
+    distributed RAM) and died in yosys' memory mapping for iCE40 after the whole synthesis:
+    refused before any work, on the command line and in hdl.flow.build."""
+    from modelcircuit.hdl.flow import FlowError, build
+
+    onnx_path = tiny_onnx(tmp_path / "tiny.onnx")
+    r = cli("build", str(onnx_path), "--device", "ice40-up5k", "--profile", "ecp5-85k",
+            "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error: the model was compiled for profile 'ecp5-85k', not for "
+                               "the device 'ice40-up5k'") and len(r.stderr.splitlines()) == 1
+    r = cli("build", str(onnx_path), "--device", "ice40-up5k", "--profile", "nope",
+            "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and r.stderr.startswith("error: unknown profile 'nope'")
+    import pytest
+
+    with pytest.raises(FlowError, match="compiled for profile 'h100-sxm'"):
+        build(tiny_compiled(profile="h100-sxm"), "ecp5-25k", tmp_path / "o")
+    assert not (tmp_path / "o").exists()

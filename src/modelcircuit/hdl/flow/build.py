@@ -31,7 +31,7 @@ from .devices import family, fpga_profile
 from .fit import FitPlan, check_plan, choose_strategy, fit_reuse
 from .nextpnr import clock_mhz, place_and_route
 from .reports import report, stable, write_reports
-from .tools import FitError, Progress, Runner
+from .tools import FitError, FlowError, Progress, Runner
 from .yosys import check_fit, dsp_budget_for, synthesize, write_design
 
 
@@ -229,6 +229,19 @@ def run_flow(compiled: CompiledGraph, plan: CircuitPlan, fpga_dir: Path, progres
     return stable(rep)
 
 
+def check_profile(profile: str | None, device: str) -> None:
+    """FlowError unless a graph compiled for `profile` (None: none) may be built for
+    `device`: it must be that device's, or none. The circuit is planned for the compiled
+    profile (hdl/plan/schedule.resolve_schedule: distributed or block RAM, logic-built
+    products), so a circuit planned for one family and synthesized for another failed deep
+    in yosys (ECP5's distributed RAM has no iCE40 mapping)."""
+    if profile is not None and profile != device:
+        raise FlowError(f"the model was compiled for profile {profile!r}, not for the device "
+                        f"{device!r} being built: the circuit is planned for the compiled "
+                        f"profile; compile for {device!r} (build: leave --profile out or "
+                        f"give --profile {device})")
+
+
 def build(compiled: CompiledGraph, device: str, out: Path, board: str | None = None, reuse: Any = None,
           progress: Progress = None, pipeline: str | None = None,
           adder_levels: int | None = None, seed: int = 1) -> dict[str, Any]:
@@ -236,6 +249,7 @@ def build(compiled: CompiledGraph, device: str, out: Path, board: str | None = N
     existing folder that is not one of ours is refused: graphs.atomic.check_out_dir).
     `seed`: nextpnr's placer seed (out of context)."""
     prof = fpga_profile(device)
+    check_profile(getattr(compiled, "profile", None), prof["name"])
     if board is not None:
         from .boards import board_for
 
