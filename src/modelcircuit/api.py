@@ -54,11 +54,12 @@ def run(compiled: CompiledGraph, x: np.ndarray, backend: str = "golden", trace: 
     g = compiled.graph
     x = np.asarray(x)
     shp = host.input_shape(compiled)
-    if x.ndim == len(shp):
+    if tuple(x.shape) == tuple(shp):  # one sample; (N, size) is a batch even if 2-D
         x = x[None]
     if tuple(x.shape[1:]) != shp and int(np.prod(x.shape[1:])) != int(np.prod(shp)):
         raise GraphError(f"input of shape {list(x.shape)} does not match the model's per-sample "
                          f"shape {list(shp)}")
+    x = x.reshape((x.shape[0],) + tuple(shp))
     if trace and backend != "golden":
         raise GraphError("trace=True is only available on the golden backend")
     if trace:

@@ -110,6 +110,18 @@ def quantize(x: np.ndarray, t: FixedType) -> np.ndarray:
     return overflow(q, t)
 
 
+def saturate_inf(x: np.ndarray, t: FixedType) -> np.ndarray:
+    """x with +-Inf replaced by a finite value past t's end on that side, for a saturating
+    t: ONNX QuantizeLinear saturates x / scale, which float32 overflows to +-Inf for a large
+    finite x (a host head's Div before its Requant), so quantize then gives the type's end.
+    NaN is kept, and so is Inf for a wrapping type: quantize refuses both."""
+    x = np.asarray(x)
+    if t.overflow != Overflow.SAT or not np.isinf(x).any():
+        return x
+    past = np.ldexp(float(max(-t.qmin, t.qmax) + 1), -t.frac)
+    return np.where(np.isposinf(x), past, np.where(np.isneginf(x), -past, x))
+
+
 def to_float(q: np.ndarray, t: FixedType) -> np.ndarray:
     """Codes -> float64 values (exact for widths up to 53 bits)."""
     return np.ldexp(np.asarray(q, dtype=np.float64), -t.frac)

@@ -254,9 +254,9 @@ def requant(g: Graph, node: Node, ins: list[Array]) -> Array:
     if tout.is_float:
         # float model keeping the model's quantizer: fake-quantize with the quantizer's type
         t = RequantAttrs.of(node).quant_type
-        return _f32(fx.to_float(fx.quantize(x, t), t))
-    if tin.is_float:
-        return fx.quantize(x, tout)
+        return _f32(fx.to_float(fx.quantize(fx.saturate_inf(x, t), t), t))
+    if tin.is_float:  # a quantizer of float work (x / scale may overflow to Inf)
+        return fx.quantize(fx.saturate_inf(x, tout), tout)
     return fx.requantize(x.astype(np.int64), tin.frac, tout)
 
 

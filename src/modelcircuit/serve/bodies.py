@@ -143,7 +143,7 @@ def parse_inputs(body: bytes, content_type: str | None, shape: tuple[int, ...]) 
         raise RequestError(415, "unsupported_media_type",
                            f"Content-Type {m or '(none)'!r} is not accepted; send "
                            f"application/json or {NPY_MEDIA}")
-    if x.ndim == len(shape):
+    if tuple(x.shape) == tuple(shape):  # one sample; (N, size) is a batch even if 2-D
         x = x[None]
     size = int(np.prod(shape, dtype=np.int64))
     if x.ndim < 1 or x.shape[0] == 0 or int(np.prod(x.shape[1:], dtype=np.int64)) != size:
