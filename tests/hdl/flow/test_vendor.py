@@ -16,6 +16,7 @@ import pytest
 
 from modelcircuit.api import compile as mc_compile
 from modelcircuit.api import load_onnx
+from modelcircuit.api import run as mc_run
 from modelcircuit.graphs import reference
 from modelcircuit.hdl.axi import AxiLayout
 
@@ -99,6 +100,54 @@ def test_driver_packs_as_golden(vivado_dir: Path, digits_test) -> None:
                                   np.asarray(y).reshape(20, -1))
     np.testing.assert_allclose(drv.to_values(np.asarray(y)),
                                np.asarray(y) * 2.0 ** -info["output"]["frac_bits"])
+
+
+def _load_driver(folder: Path):
+    spec = importlib.util.spec_from_file_location(
+        "drv_" + folder.name, folder / "driver/modelcircuit_axi_driver.py")
+    drv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drv)
+    return drv
+
+
+def test_driver_names_the_host_tail(tmp_path: Path) -> None:
+    """A QDQ output with a scale of no power of two leaves a float tail (Mul) on the host:
+    the driver's to_values gave the circuit's codes * 2**-frac as if they were the model's
+    outputs (frac 0 here: the raw int8 codes). It names the tail and refuses that."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+    from onnx import helper as oh
+
+    from modelcircuit.graphs import host
+
+    inits = [numpy_helper.from_array(np.random.default_rng(1).normal(0, 0.3, (4, 3))
+                                     .astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(0.013, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z")]
+    g = oh.make_graph([oh.make_node("MatMul", ["x", "w"], ["m"]),
+                       oh.make_node("QuantizeLinear", ["m", "s", "z"], ["q"]),
+                       oh.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], "qdq_out",
+                      [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                      [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], inits)
+    model = tmp_path / "qdq_out.onnx"
+    onnx.save(oh.make_model(g, opset_imports=[oh.make_opsetid("", 13)]), str(model))
+    out = tmp_path / "viv"
+    r = cli("export", str(model), "--vendor", "vivado", "--part", "xczu3eg-sbva484-1-e",
+            "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    c = mc_compile(load_onnx(str(model)))
+    tail = [f"{n.op}({n.name})" for n in c.tail.nodes]
+    assert tail == ["Mul(mul_3)"]
+    drv = _load_driver(out)
+    assert drv.HOST_TAIL == tail and drv.HOST_HEAD == []
+    assert json.loads((out / "export.json").read_text())["host"] == {"head": [], "tail": tail}
+    x = np.random.default_rng(2).normal(0, 1, (6, 4)).astype(np.float32)
+    y = np.asarray(mc_run(c, x, codes=True))
+    with pytest.raises(ValueError, match=r"host tail \['Mul\(mul_3\)'\]"):
+        drv.to_values(y)
+    vals = drv.to_values(y, circuit=True)
+    np.testing.assert_array_equal(host.decode(c, y), mc_run(c, x))
+    np.testing.assert_array_equal(vals, y * 2.0 ** -drv.OUTPUT_FRAC_BITS)
 
 
 def test_quartus_project(tmp_path: Path) -> None:

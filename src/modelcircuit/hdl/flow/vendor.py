@@ -101,7 +101,8 @@ def _write(d: Path, compiled: Any, vendor: str, part: str, family: str | None,
                                           input_frac=int(info["input"]["frac_bits"]),
                                           output_frac=int(info["output"]["frac_bits"]),
                                           registers=REGISTERS,
-                                          id_words=info["axi"]["graph_id_words"]),
+                                          id_words=info["axi"]["graph_id_words"],
+                                          host=host_parts(compiled)),
     }
     cons = f"constraints/{TOP}.{'xdc' if vendor == 'vivado' else 'sdc'}"
     files[cons] = render("clock.sdc.j2", period=period, clock_mhz=clock_mhz)
@@ -122,10 +123,20 @@ def _write(d: Path, compiled: Any, vendor: str, part: str, family: str | None,
            "family": family, "clock_mhz": clock_mhz, "top": TOP,
            "axi": {"input": layout.input.as_dict(), "output": layout.output.as_dict()},
            "latency": info.get("latency"), "ii": info.get("ii"), "files": written,
+           "host": host_parts(compiled),
            "never_run": f"{vendor} itself: the project, IP-XACT file and driver were "
                         "generated and checked here without the vendor tools or a board"}
     (d / "export.json").write_text(json.dumps(rep, indent=1, sort_keys=True) + "\n")
     return rep
+
+
+def host_parts(compiled: Any) -> dict[str, list[str]]:
+    """The model's host parts around the circuit (graphs/host.py), as "Op(node)" lists: the
+    head (an NCHW Transpose, a QuantizeLinear's float scaling) runs before the IP's input
+    codes, the tail (a float scale and bias after the last integer op) after its output."""
+    return {k: [f"{n.op}({n.name})" for n in part.nodes] if part is not None else []
+            for k, part in (("head", getattr(compiled, "head", None)),
+                            ("tail", getattr(compiled, "tail", None)))}
 
 
 def _edalize(d: Path, vendor: str, part: str, family: str | None, cons: str) -> None:
