@@ -247,3 +247,19 @@ def test_one_sample_view_refuses_what_it_cannot_rewrite():
                            for n in ("s", "b", "m", "v")])
     with pytest.raises(GraphError, match="no exact one-sample rewrite"):
         ob.one_sample(helper.make_model(g), ["x"])
+
+
+def test_an_unnamed_node_is_named_by_what_it_writes(tmp_path):
+    """Messages named an unnamed node "node ? (Neg)": where in the model was left out."""
+    import onnx
+
+    import modelcircuit as mc
+
+    g = helper.make_graph([helper.make_node("Relu", ["a"], ["y"]),
+                           helper.make_node("Neg", ["y"], ["z"])], "neg",
+                          [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1, 4])])
+    p = tmp_path / "neg.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(p))
+    with pytest.raises(GraphError, match=r"^node that writes z \(Neg\): unsupported op Neg"):
+        mc.load_onnx(str(p))

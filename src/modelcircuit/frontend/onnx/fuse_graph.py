@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ...graphs import limits
 from ...graphs.ir import GraphError
-from .io import q, tensor_value
+from .io import node_name, q, tensor_value
 
 DOMAIN = "modelcircuit.fused"
 
@@ -164,7 +164,7 @@ class Foreign(Exception):
 
 
 def label(n: onnx.NodeProto) -> str:
-    return f"node {q(n.name or '?')} ({n.op_type})"
+    return f"node {node_name(n, q)} ({n.op_type})"
 
 
 def err(n: onnx.NodeProto, msg: str) -> GraphError:

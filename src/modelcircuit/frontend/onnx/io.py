@@ -55,6 +55,14 @@ def show(s: Any, limit: int = 80) -> str:
     return s if s and s.isprintable() else repr(s)
 
 
+def node_name(n: Any, quote: Any = show) -> str:
+    """How a message names an ONNX node: its name, or (many exporters and onnx.helper leave
+    it empty) "that writes" its first output."""
+    if n.name:
+        return quote(n.name)
+    return f"that writes {quote(n.output[0])}" if len(n.output) else "(unnamed)"
+
+
 def q(s: Any) -> str:
     """A tensor name, quoted (as the messages have always quoted them)."""
     s = _text(s)

@@ -11,7 +11,7 @@ import onnx
 from ...graphs import limits
 from ...graphs.ir import GraphError, Node
 from ...graphs.types import NumType
-from .io import CHANNELS_LAST, Unsupported, q, show
+from .io import CHANNELS_LAST, Unsupported, node_name, q, show
 
 SUPPORTED_OPS = (
     "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Selu", "Sigmoid",
@@ -156,7 +156,7 @@ class ImportState:
     def label(self, node: onnx.NodeProto | None) -> str:
         if node is None:
             return "graph"
-        return f"node {show(node.name or '?')} ({show(node.op_type)})"
+        return f"node {node_name(node)} ({show(node.op_type)})"
 
     def err(self, node: onnx.NodeProto | None, msg: str) -> GraphError:
         return GraphError(f"{self.label(node)}: {msg}")
