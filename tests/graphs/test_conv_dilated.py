@@ -8,8 +8,6 @@ MaxPool/AveragePool and bad dilations are refused in one line (tests/graphs/test
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -18,8 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import modelcircuit as mc
 from modelcircuit.sim import rtl
-from modelcircuit.sim.verify import verify
-from tests.conftest import assert_float32_close
+from tests.graphs.helpers import float_matches_reference, verify_onnx_rtl
 
 # name: (Conv attributes, Cin, Cout, kernel, frame (per axis), group)
 CASES = {
@@ -82,14 +79,8 @@ def _reference(m: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_dilated_conv_equals_onnxruntime(name, tmp_path):
     m, w, shp = _case(name)
-    p = tmp_path / "m.onnx"
-    onnx.save(m, str(p))
-    x = np.random.default_rng(7).normal(size=(4, *shp)).astype(np.float32)
-    want = _reference(m, x)
+    p, x, _ = float_matches_reference(m, shp, tmp_path, _reference, name)
     c = mc.compile(mc.load_onnx(p), precision="float32")
-    got = np.asarray(mc.run(c, x))
-    assert got.shape == want.shape
-    assert_float32_close(got, want, c, x, f"{name}: ours - onnxruntime")
     # the IR Conv: dilation 1 over the span, the ONNX taps at multiples of d, zeros between
     attrs, _, _, k, _, group = CASES[name]
     dil = attrs["dilations"]
@@ -142,15 +133,4 @@ def test_dilated_conv_verify_golden_rtl_gpu_emu(kind, tmp_path):
     """`verify --backends golden,rtl,gpu-emu` (Verilator + cocotb, about 30 s each: the
     build): bit-exact, simulated latency and II == the compile-time report."""
     m, shp = _rtl_model(kind)
-    p = tmp_path / "m.onnx"
-    onnx.save(m, str(p))
-    c = mc.compile(mc.load_onnx(p), precision="fixed<10,4>")
-    x = np.random.default_rng(5).normal(size=(6, *shp)).astype(np.float32)
-    out = io.StringIO()
-    code, rep = verify(c, x, ["golden", "rtl", "gpu-emu"], out=out)
-    assert code == 0 and rep["bit_exact"] and rep["timing_ok"], out.getvalue()
-    assert all(pr["agree"] == len(x) for pr in rep["pairs"]), out.getvalue()
-    # and the float model it quantizes: within a few output steps of onnxruntime
-    want = _reference(m, x).reshape(len(x), -1)
-    got = np.asarray(mc.run(c, x), dtype=np.float64).reshape(len(x), -1)
-    assert np.abs(got - want).max() < 0.25, np.abs(got - want).max()
+    verify_onnx_rtl(m, shp, tmp_path, "fixed<10,4>", _reference)

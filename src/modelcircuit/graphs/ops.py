@@ -63,7 +63,7 @@ LINEAR = frozenset({Op.DENSE, Op.CONV})
 # ops on channels-last frames (L, C) / (H, W, C) with a window over the spatial axes
 SPATIAL = frozenset({Op.CONV, Op.MAX_POOL, Op.AVG_POOL, Op.RESIZE})
 # ops whose output values are some of their input values (the output type is the input's)
-SELECTING = frozenset({Op.MAX_POOL, Op.RESIZE})
+SELECTING = frozenset({Op.MAX_POOL, Op.RESIZE, Op.GATHER})
 ELEMENTWISE_BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV})
 ADDITIVE = frozenset({Op.ADD, Op.SUB})
 ACTIVATION = frozenset({Op.RELU, Op.LEAKY_RELU, Op.LUT})

@@ -27,6 +27,7 @@ from .passes.attention import attention_types
 from .passes.canonicalize import fold_batchnorm, fold_requant, fuse_bias
 from .passes.concat_parts import forward_concat_parts
 from .passes.constants import quantize_constants
+from .passes.crop import fold_crops
 from .passes.fuse import fuse_dense_relu
 from .passes.host import host_parts, layout_ends
 from .passes.precision import assign_types, check_per_layer
@@ -44,7 +45,8 @@ def passes(precision: NumType | None, per_layer: Mapping[str, Any] | None,
            ranges: Mapping[str, tuple[float, float]] | None, table_bits: int) -> list[tuple[str, Pass]]:
     fixed = precision is None or not precision.is_float
     scaled = [("factor_scales", factor_scales), ("host_parts", host_parts)] if fixed else []
-    return [("forward_concat_parts", forward_concat_parts)] + scaled + [
+    return [("forward_concat_parts", forward_concat_parts),
+            ("fold_crops", fold_crops)] + scaled + [
         ("fuse_bias", fuse_bias),
         ("fold_batchnorm", partial(fold_batchnorm, expand=fixed)),
         ("fold_requant", fold_requant),

@@ -28,6 +28,7 @@ from .layout import (
     batch_axis,
     concat,
     flatten_target,
+    gather,
     reshape_target,
     reshape_to,
     squeeze_target,
@@ -207,8 +208,8 @@ def layout_consumer(im: ImportState, node: onnx.NodeProto, handle, binary) -> No
     quant = op in _QUANTIZERS
     std = node.domain in ("", "ai.onnx")
     if cf and len(cf) == len(acts) and not fp:
-        if std and op in SPATIAL_OPS and node.input[0] in im.cf:
-            return handle(node)  # the spatial handlers take a marked input as it is
+        if std and (op in SPATIAL_OPS or op == "Slice") and node.input[0] in im.cf:
+            return handle(node)  # the spatial handlers and Slice take a marked input as it is
         if op == "Transpose":
             return transpose_marked(im, node)
         if (std and op in _FOLLOW) or (quant and _uniform(im, ins[1:])):
@@ -223,6 +224,9 @@ def layout_consumer(im: ImportState, node: onnx.NodeProto, handle, binary) -> No
             return _binary_marked(im, node, binary)
         if std and op == "Concat":
             return _concat_marked(im, node)
+        if (std and op == "Gather" and len(acts) == 1 and node.input[0] in im.cf
+                and im.is_const(node.input[1]) and np.ndim(im.const(node.input[1])) <= 1):
+            return _gather_marked(im, node)
         if std and op == "BatchNormalization" and len(acts) == 1 and node.input[0] in im.cf:
             return _batchnorm_marked(im, node)
         if std and op in ("Flatten", "Reshape") and len(acts) == 1 and _flattens(im, node):
@@ -379,6 +383,23 @@ def _concat_marked(im: ImportState, node: onnx.NodeProto) -> None:
         n2.attribute.append(onnx.helper.make_attribute("axis", to_cf(r)[ax] + 1))
     concat(im, n2)
     im.cf.add(node.output[0])
+
+
+def _gather_marked(im: ImportState, node: onnx.NodeProto) -> None:
+    """Gather of a channels-first frame with constant scalar or 1-D indices (TCN's head
+    `y[:, :, -1]`, the last time step): the Gather of the channels-last frame's axis. The
+    output stays marked where it is still a frame (1-D indices, or a scalar index that leaves
+    a spatial axis beside the channels)."""
+    x = node.input[0]
+    r = len(act_shape(im, x))
+    ax = batch_axis(im, node, int(attrs(node).get("axis", 0)), r + 1)
+    n2 = onnx.NodeProto()
+    n2.CopyFrom(node)
+    del n2.attribute[:]
+    n2.attribute.append(onnx.helper.make_attribute("axis", to_cf(r)[ax] + 1))
+    gather(im, n2)
+    if np.ndim(im.const(node.input[1])) == 1 or (ax != 0 and r > 2):
+        im.cf.add(node.output[0])
 
 
 def _flattens(im: ImportState, node: onnx.NodeProto) -> bool:

@@ -18,6 +18,7 @@ import onnx
 
 from ...graphs.ir import GraphError
 from .checks import check_float_attrs
+from .crop import slice_
 from .encoder import gelu, layer_norm, token_mean, token_mean_axes
 from .io import Unsupported, show
 from .layout import (
@@ -451,7 +452,7 @@ HANDLERS: dict[str, Callable[[ImportState, onnx.NodeProto], None]] = {
     "Flatten": reshape, "Reshape": reshape, "Squeeze": reshape, "Unsqueeze": reshape,
     "Transpose": transpose,
     "Identity": identity, "Dropout": _dropout,
-    "Concat": concat, "Gather": gather, "Split": split,
+    "Concat": concat, "Gather": gather, "Split": split, "Slice": slice_,
     "QuantizeLinear": qdq, "DequantizeLinear": qdq,
     "Cast": _cast,
     "Conv": conv, "MaxPool": pool, "AveragePool": pool, "GlobalAveragePool": pool,

@@ -21,7 +21,7 @@ SUPPORTED_OPS = (
     "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize", "LSTM", "GRU",
     f"{CHANNELS_LAST}.Conv", f"{CHANNELS_LAST}.MaxPool",
     "Clip", "HardSigmoid", "HardSwish", "Pad", "ReduceMean", "ReduceMax", "Trunc",
-    "Gelu",
+    "Gelu", "Slice",
 )
 # taken in part (frontend/onnx/attention.py), so not in the ONNX node-test conformance run
 # (every LayerNormalization node test asks for the Mean/InvStdDev training outputs)

@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 
 from ..ir import Graph, Node
-from ..ops import LAYOUT, Op
+from ..ops import LAYOUT, GatherAttrs, Op
 from ..types import FLOAT32, FixedType
 
 AFFINE = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.BATCHNORM})
@@ -104,6 +104,14 @@ def _keeps_pixels(g: Graph, n: Node) -> bool:
         return False
     i, o = g.tensor(n.inputs[0]).shape, g.tensor(n.outputs[0]).shape
     return len(i) >= 2 and len(o) >= 2 and i[-1] == o[-1]
+
+
+def _reorders(g: Graph, n: Node) -> bool:
+    """A Gather that only puts every value of its axis in another order (a permuted vector
+    back in ONNX order), not one that crops or picks."""
+    idx = GatherAttrs.of(n).index_array()
+    size = g.tensor(n.inputs[0]).shape[GatherAttrs.of(n).axis]
+    return idx.ndim == 1 and np.array_equal(np.sort(idx), np.arange(size))
 
 
 def _single_chain(g: Graph, start: str, ok) -> list[Node]:
@@ -200,6 +208,8 @@ def layout_ends(g: Graph) -> Graph:
         p = g.producer(cur)
         if p is None or p.op not in _MOVES or p.name in new_head or cur in g.inputs:
             break
+        if p.op == Op.GATHER and not _reorders(g, p):
+            break  # a crop or a pick of some values: the circuit's work
         if cur != end and len(g.consumers(cur)) != 1:
             break
         back.append(p)

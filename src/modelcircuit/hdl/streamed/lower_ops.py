@@ -38,6 +38,7 @@ from ..vector.lower import lower_node
 from .dense import FlatDense, conv_weights
 from .depthwise import depthwise_unit, is_depthwise
 from .lower_context import Lowering, ftype, geometry, refuse_on_stream, where_of
+from .pick import PickUnit
 from .recurrent import RecurrentUnit, SelectUnit
 from .threshold import ThresholdFold, fold_thresholds
 from .top import INPUT
@@ -267,7 +268,9 @@ def lower_recurrent(lw: Lowering, node: Node, inst: str) -> None:
 
 
 def lower_gather(lw: Lowering, node: Node, inst: str) -> None:
-    """A Gather of one step of a sequence stream (Y_h, or Y[-1]) -> SelectUnit."""
+    """A Gather of one step of a sequence stream (Y_h, or Y[-1]) -> SelectUnit; of a list of
+    positions along a spatial axis of a pixel stream (a crop, increasing) or of channels ->
+    PickUnit (hdl/streamed/pick.py)."""
     g, where = lw.g, where_of(node)
     s, tok, px = lw.ins(node)[0]
     a = GatherAttrs.of(node)
@@ -277,11 +280,28 @@ def lower_gather(lw: Lowering, node: Node, inst: str) -> None:
             and ftype(g, node.outputs[0], node) == tok.t):
         lw.src[node.outputs[0]] = (s, tok, False)  # the only row of a vector: a new name
         return
-    if not px or a.axis != 0 or idx.size != 1 or ftype(g, node.outputs[0], node) != tok.t:
+    same = ftype(g, node.outputs[0], node) == tok.t
+    if px and a.axis == 0 and idx.size == 1 and same and len(ishape) == 2:
+        lw.add(inst, node, SelectUnit(tok, int(idx.reshape(-1)[0]) % tok.per_frame), [s],
+               False, kind="one step of the sequence")
+        return
+    if not px or idx.ndim != 1 or len(ishape) < 2 or not same:
         raise HdlError(f"{where}: a streamed Gather picks one token of a sequence (axis 0, "
-                       "one index, the same type)")
-    lw.add(inst, node, SelectUnit(tok, int(idx.reshape(-1)[0]) % tok.per_frame), [s], False,
-           kind="one step of the sequence")
+                       "one index) or, with a list of indices, positions along one axis or "
+                       "channels of a pixel stream, of the same type")
+    dims, c = ishape[:-1], ishape[-1]
+    keep, chans = [range(d) for d in dims], list(range(c))
+    if a.axis == len(dims):
+        chans = idx.tolist()
+    elif np.all(np.diff(idx) > 0):
+        keep[a.axis] = idx.tolist()
+    else:
+        raise HdlError(f"{where}: indices {idx.tolist()} of axis {a.axis} repeat or reverse "
+                       "positions of a pixel stream (a negative Slice step): the stream would "
+                       "need a frame buffer; only increasing positions (crops, steps > 0) "
+                       "stream")
+    lw.add(inst, node, PickUnit(tok, dims, keep, chans), [s], True,
+           kind="channels" if a.axis == len(dims) else f"crop of axis {a.axis}")
 
 
 def lower_per_pixel(lw: Lowering, node: Node, inst: str) -> None:
