@@ -137,8 +137,10 @@ def test_reuse_plan_covers_the_recurrent_weights(tmp_path) -> None:
         resolve_plan(c, {"rnn": w["rnn"].size + 1})
 
 
-def test_refused_gather_of_two_steps(tmp_path) -> None:
-    """A Gather of a sequence stream picks one step; two is refused, naming the node."""
+def test_refused_gather_of_steps_reversed(tmp_path) -> None:
+    """A Gather of a sequence stream picks one step (SelectUnit) or increasing steps (a crop
+    of the time axis, PickUnit); steps in reverse order would need the whole sequence
+    buffered: refused, naming the node."""
     import dataclasses
 
     from modelcircuit.graphs.ops import Op
@@ -149,10 +151,10 @@ def test_refused_gather_of_two_steps(tmp_path) -> None:
     nodes = []
     for n in g.nodes:
         if n.op == Op.GATHER:
-            n = n.with_attrs(indices=(0, 1), indices_shape=(2,))
+            n = n.with_attrs(indices=(1, 0), indices_shape=(2,))
         nodes.append(n)
     bad = dataclasses.replace(c, graph=g.replace(nodes=tuple(nodes)))
-    with pytest.raises(HdlError, match="node pick .*Gather.*one index"):
+    with pytest.raises(HdlError, match="node pick .*Gather.*repeat or reverse"):
         plan_top(bad, resolve_plan(c, 1))
 
 
