@@ -15,7 +15,10 @@ the same cores, "vs old" over the same strategy's with --cores amaranth, in the 
 --sim checks the pure Amaranth circuit in amaranth.sim (the text cores are checked in
 Verilator: tests/hdl/test_export_fast.py and every `verify --backends rtl`).
 Prints a table and writes JSON (bench/results/hdl.json by default).
-Run: .venv/bin/python bench/hdl.py [--reuse 1,2,4,8] [--model jet|digits|all]
+--model qdq8: an int8 QDQ MLP written by write_qdq8 (64-32-16-10; 255 thresholds per channel
+after each Gemm, 127 after each Relu), the threshold-heavy export (`--reuse 1 --pipeline
+latency` times it alone; its precision is the model's, --precision is ignored).
+Run: .venv/bin/python bench/hdl.py [--reuse 1,2,4,8] [--model jet|digits|qdq8|all]
      [--pipeline latency,fmax] [--strategy mult,da] [--cores text,amaranth] [--repeat 3]
      [--sim] [--json FILE]
 """
@@ -41,7 +44,52 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
     "jet": ROOT.parent / "shared" / "models" / "three_layer_keras.onnx",
     "digits": Path(str(resources.files("modelcircuit") / "data" / "digits_mlp.onnx")),
+    "qdq8": Path(tempfile.gettempdir()) / "modelcircuit_bench_qdq8_mlp.onnx",  # written here
 }
+QDQ8_SIZES = (64, 32, 16, 10)
+
+
+def write_qdq8(path: Path, sizes: tuple[int, ...] = QDQ8_SIZES) -> Path:
+    """An int8 QDQ MLP as ONNX Runtime's quantizer writes one (x -> Q/DQ -> [Gemm -> Q/DQ ->
+    Relu -> Q/DQ]* -> Gemm -> Q/DQ): every quantizer after a Gemm is a Threshold of 255
+    thresholds per channel on the accumulator, each after a Relu one of 127 on an 8-bit
+    code (the threshold-heavy export: it took minutes before hdl/units/threshold.py)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+
+    def const(name: str, v, dt=np.float32) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(v, dtype=dt), name))
+        return name
+
+    def qdq(x: str, out: str, scale: float) -> str:
+        s, z = const(f"{out}_s", scale), const(f"{out}_z", 0, np.int8)
+        nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [f"{out}_q"]))
+        nodes.append(helper.make_node("DequantizeLinear", [f"{out}_q", s, z], [out]))
+        return out
+
+    h = qdq("x", "xq", 1 / 64)
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:], strict=False)):
+        w = const(f"w{i}", rng.integers(-127, 128, size=(b, a)), np.int8)
+        ws, wz = const(f"w{i}_s", 0.4 / 127 / np.sqrt(a)), const(f"w{i}_z", 0, np.int8)
+        nodes.append(helper.make_node("DequantizeLinear", [w, ws, wz], [f"w{i}_f"]))
+        bias = const(f"b{i}", rng.normal(0, 0.1, size=b))
+        nodes.append(helper.make_node("Gemm", [h, f"w{i}_f", bias], [f"g{i}"], transB=1))
+        h = qdq(f"g{i}", f"g{i}q", 1 / 32)
+        if i < len(sizes) - 2:
+            nodes.append(helper.make_node("Relu", [h], [f"r{i}"]))
+            h = qdq(f"r{i}", f"r{i}q", 1 / 32)
+    nodes.append(helper.make_node("Identity", [h], ["y"]))
+    g = helper.make_graph(nodes, "qdq8_mlp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, sizes[0]])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, sizes[-1]])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 7
+    onnx.save(m, str(path))
+    return path
 
 
 def sim_check(c: mc.CompiledGraph, reuse: int, pipeline: str, n: int = 4) -> dict:
@@ -63,7 +111,10 @@ def _time_export(path: Path, precision: str, strat: str, r: int, pipe: str,
     """ONNX -> Verilog once: load, compile, export (seconds, export info, compiled)."""
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        c = mc.compile(mc.load_onnx(str(path)), precision=precision, strategy=strat)
+        g = mc.load_onnx(str(path))
+        quantized = path == MODELS["qdq8"]  # its precision is the model's
+        c = mc.compile(g, strategy=strat) if quantized else mc.compile(
+            g, precision=precision, strategy=strat)
         info = export_verilog(c, d, reuse=r, pipeline=pipe, cores=cores)
         return time.perf_counter() - t0, info, c
 
@@ -71,7 +122,7 @@ def _time_export(path: Path, precision: str, strat: str, r: int, pipe: str,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reuse", default="1,2,4,8")
-    ap.add_argument("--model", default="jet", choices=["jet", "digits", "all"])
+    ap.add_argument("--model", default="jet", choices=["jet", "digits", "qdq8", "all"])
     ap.add_argument("--precision", default="fixed<16,6>")
     ap.add_argument("--pipeline", default="latency,fmax")
     ap.add_argument("--sim", action="store_true")
@@ -90,6 +141,8 @@ def main() -> int:
     print(hdr)
     print("-" * len(hdr))
     for name in models:
+        if name == "qdq8":
+            write_qdq8(MODELS[name])
         if not MODELS[name].exists():
             print(f"{name}: model missing, skipped")
             continue

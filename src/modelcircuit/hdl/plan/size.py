@@ -96,8 +96,8 @@ def other_size(g: Any) -> tuple[int, int]:
         if n.op == Op.THRESHOLD and n.inputs[1] in g.constants:
             thr = np.asarray(g.constants[n.inputs[1]])
             k = max(1, int(thr.shape[-1]) if thr.ndim else 1)
-            if streamed and len(shp) >= 2 and fold_thresholds(k):
-                k = search_levels(k)  # the search (hdl/streamed/threshold.py): L compares
+            if fold_thresholds(k):  # L compares: the search (hdl/streamed/threshold.py;
+                k = search_levels(k)  # hdl/units/threshold.py a table or an unrolled one)
             size *= k
         ops += size
         if n.op in TABLE_OPS or n.op in RECURRENT:

@@ -1,7 +1,7 @@
 """A folded MultiThreshold: a binary search over each channel's sorted thresholds.
 
 reference.threshold defines out[c] = base[c] + sum_k steps[c, k] * (x[c] >= thr[c, k]). The
-plain circuit (hdl/units/elementwise.py `threshold_fn`) builds that sum: K comparators and an
+plain circuit (hdl/units/threshold.py `threshold_sum`) builds that sum: K comparators and an
 adder chain per channel, per pixel. An 8-bit quantizer has K = 255, so a 64-channel layer is
 16,320 comparators, and a ResNet-8 of them took minutes and gigabytes to export.
 
@@ -47,18 +47,12 @@ from ...graphs.types import FixedType
 from ..units.arith import fit, shape_of
 from ..units.base import Unit
 from ..units.rom_text import rom
+from ..units.threshold import FOLD_MIN_THRESHOLDS, channel_search, fold_thresholds
 
-# from this many thresholds per channel on, the search (L stages) replaces the comparators
-FOLD_MIN_THRESHOLDS = 16
 # from this many keys in a channel on, the product replaces the search where it is exact: below
 # it the search's key ROMs are small (a 4-bit quantizer: 15 keys) and need no multiplier
 MULTIPLY_MIN_KEYS = 64
 MAX_SHIFT = 64  # the product's shift tried up to this (a 24-bit span needs about 48)
-
-
-def fold_thresholds(k: int) -> bool:
-    """Whether a Threshold with k thresholds per channel takes the folded search."""
-    return int(k) >= FOLD_MIN_THRESHOLDS
 
 
 @dataclass(frozen=True)
@@ -78,21 +72,6 @@ class ChannelSearch:
         v = self.values
         s = v[1] - v[0] if self.m else 0
         return s if all(v[j] == v[0] + s * j for j in range(self.m + 1)) else None
-
-
-def channel_search(thr: np.ndarray, steps: np.ndarray, base: int, qmin: int, qmax: int
-                   ) -> tuple[list[int], list[int]]:
-    """(u, V) of one channel (see the module docstring): u strictly increasing in
-    (qmin, qmax], len(V) = len(u) + 1, V[j] = base + steps of thresholds <= u_j."""
-    thr = np.asarray(thr, dtype=np.int64).reshape(-1)
-    steps = np.broadcast_to(np.asarray(steps, dtype=np.int64), thr.shape).reshape(-1)
-    v0 = int(base) + int(steps[thr <= qmin].sum())
-    inside = (thr > qmin) & (thr <= qmax)
-    u, inv = np.unique(thr[inside], return_inverse=True)
-    per = np.zeros(len(u), dtype=np.int64)
-    np.add.at(per, inv.reshape(-1), steps[inside])
-    nz = per != 0  # a key whose steps cancel changes nothing
-    return [int(k) for k in u[nz]], [v0] + [v0 + int(v) for v in np.cumsum(per)[nz]]
 
 
 @lru_cache(maxsize=4096)

@@ -8,6 +8,7 @@
     netlist_text.py R = 1 Dense cores written as Verilog/RTLIL text
     elementwise.py  element-wise ops, lookup tables, the parallel Softmax, wiring
     softmax.py      the serial Softmax and the rule that picks it
+    threshold.py    MultiThreshold on a vector: the sum, a table of every code, or a search
 """
 
 from . import dense_r1  # noqa: F401 - registers the R = 1 Dense circuits with Dense

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from amaranth.hdl import Module, Mux, Value
+from amaranth.hdl import Module, Value
 from amaranth.lib.memory import Memory
 
 from ...graphs.types import FixedType
-from .arith import fit, shape_of, table_index
+from .arith import shape_of, table_index
 from .base import Unit
 
 ElemFn = Callable[[list[list[Value]]], list[Value]]
@@ -77,23 +77,3 @@ class Lut(Unit):
                                self.en) for q in self.inputs()])
         return m
 
-
-def threshold_fn(thr: np.ndarray, steps: np.ndarray, base: np.ndarray, tout: FixedType
-                 ) -> ElemFn:
-    """reference.threshold: out[c] = base[c] + sum_k steps[c, k] * (x[c] >= thr[c, k])."""
-
-    def fn(ins: list[list[Value]]) -> list[Value]:
-        x = ins[0]
-        t = np.broadcast_to(thr, (len(x), thr.shape[-1]))
-        st = np.broadcast_to(steps, t.shape)
-        b = np.broadcast_to(base.reshape(-1) if base.size > 1 else base.reshape(1), (len(x),))
-        out = []
-        for c, q in enumerate(x):
-            acc: Value = Value.cast(int(b[c]))
-            for kk in range(t.shape[1]):
-                if int(st[c, kk]):
-                    acc = acc + Mux(q >= int(t[c, kk]), int(st[c, kk]), 0)
-            out.append(fit(acc, tout.width, tout.signed))
-        return out
-
-    return fn

@@ -34,9 +34,10 @@ from ..plan.schedule import SCHEDULES, Schedule
 from ..units.arith import check_fixed, const_mul, fit, relu, requantize
 from ..units.base import Unit
 from ..units.dense import Dense
-from ..units.elementwise import Elementwise, Lut, Wiring, threshold_fn
+from ..units.elementwise import Elementwise, Lut, Wiring
 from ..units.layernorm import lower_layer_norm
 from ..units.softmax import SOFT_PRODUCT_SLICE, SOFT_SUM_LEVELS, Softmax, SoftmaxSerial, use_serial
+from ..units.threshold import Threshold
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,8 @@ def lower_bipolar(g: Graph, node: Node, opt: Options) -> Unit:
 
 def lower_threshold(g: Graph, node: Node, opt: Options) -> Unit:
     thr, steps, base = (np.asarray(g.constants[n], dtype=np.int64) for n in node.inputs[1:4])
-    _t(g, node.inputs[0], node)
-    return _elementwise(g, node, threshold_fn(thr, steps, base, _out(g, node)[0]))
+    tin, n = _spec(g, node.inputs[0], node)
+    return Threshold(tin, n, thr, steps, base, _out(g, node)[0])
 
 
 def lower_lut(g: Graph, node: Node, opt: Options) -> Unit:
