@@ -74,6 +74,20 @@ def threshold_table(q: Value, tin: FixedType, keys: list[int], vals: list[int],
     return word.as_signed() if tout.signed else word
 
 
+def _pick(level: list[int], kw: int, prefix: Value) -> Value:
+    """level[prefix] (signed, kw bits) bit by bit: bit j is a 2**s-entry table of one bit
+    read at prefix (a constant bit where every key agrees), which yosys maps as one logic
+    function of the s bits; one word select of the whole level would be a shifter by
+    prefix * kw over all its bits, for yosys to fold (minutes for a 255-key search)."""
+    bits = []
+    for j in range(kw):
+        col = [(v >> j) & 1 for v in level]
+        word = sum(b << p for p, b in enumerate(col))
+        bits.append(Const(col[0], 1) if all(b == col[0] for b in col)
+                    else Const(word, len(col)).bit_select(prefix, 1))
+    return Cat(*bits).as_signed()
+
+
 def threshold_search(m: Module, name: str, q: Value, tin: FixedType, keys: list[int],
                      vals: list[int], tout: FixedType) -> Value:
     """V[#{u <= q}] by an unrolled binary search over the sorted keys (module docstring).
@@ -89,8 +103,7 @@ def threshold_search(m: Module, name: str, q: Value, tin: FixedType, keys: list[
         b = levels - 1 - s
         # prefix p (the s bits found) -> key at pos = (p << (b + 1)) + 2**b - 1
         level = [padded[(p << (b + 1)) + (1 << b) - 1] for p in range(1 << s)]
-        key = (_words(level, kw).word_select(Cat(*reversed(found)), kw).as_signed()
-               if s else Const(level[0], signed(kw)))
+        key = _pick(level, kw, Cat(*reversed(found))) if s else Const(level[0], signed(kw))
         bit = Signal(name=f"{name}s{s}")
         m.d.comb += bit.eq(x >= key)
         found.append(bit)
