@@ -106,3 +106,56 @@ def test_resnet8_q8_thresholds_take_the_product() -> None:
     t = 32 * 32 * 16
     assert (sum(threshold_cost(lay, t, "ecp5").bram for lay in layers)
             < sum(threshold_cost(lay, t, "ecp5").bram for lay in with_search) // 4)
+
+
+# A vector model's Threshold (hdl/vector/lower.py lower_threshold): (C, K, Wi, K's nonzero
+# steps per channel) and yosys 0.70's LUT4 for the unit alone (threshold_cost docstring):
+# synth_gowin LUT1-4 + ALU, synth_ecp5 LUT4 + 2 per CCU2C
+VECTOR_SYNTH = [
+    ("gowin", 32, 127, 14, 16260 + 49772),  # brevitas w2a7: the s48 sweep's model
+    ("gowin", 32, 31, 15, 1669 + 13164),    # brevitas w3a5
+    ("gowin", 24, 15, 16, 371 + 5277),      # brevitas skip w4a4, its three Thresholds
+    ("gowin", 24, 15, 11, 377 + 3456),
+    ("gowin", 24, 31, 29, 2554 + 20354),
+    ("ecp5", 32, 31, 15, 1697 + 2 * 6400),  # brevitas w3a5 on ecp5-25k
+]
+
+
+def test_vector_compare_cost_matches_synthesis() -> None:
+    from modelcircuit.hdl.flow.threshold_cost import vector_cmp_lut
+
+    for _, c, k, wi, lut in VECTOR_SYNTH:
+        est = c * k * vector_cmp_lut(wi, k)
+        assert 0.9 * lut <= est <= 1.1 * lut, (c, k, wi, est, lut)
+
+
+def test_vector_thresholds_count_in_the_fit() -> None:
+    """The s48 sweep's bug: a vector model's Thresholds were not in `--reuse auto`'s
+    estimate (brevitas w2a7 on a GW1NR-9: 4,076 LUT estimated, ~66k LUT4 + ALU in
+    synthesis). brevitas_pc_w8a8's 32 x 255 compares of 21 bits alone are ~180k LUT4: the
+    fit refuses it on a GW1NR-9 before synthesis, and costs them on a device that holds them."""
+    from pathlib import Path
+
+    import pytest
+
+    from modelcircuit.api import compile
+    from modelcircuit.graphs.profiles import all_profiles
+    from modelcircuit.hdl.flow.fit import estimate_plan, fit_reuse
+    from modelcircuit.hdl.flow.threshold_cost import vector_threshold_costs
+    from modelcircuit.hdl.flow.tools import FitError
+
+    model = Path(__file__).resolve().parents[2] / "data" / "exporters" / "brevitas_pc_w8a8.onnx"
+    c = compile(str(model))
+    (thr,) = vector_threshold_costs(c)
+    assert thr.lut >= 32 * 250 * 21 and thr.ff == 32 * 8
+    with pytest.raises(FitError, match="does not fit gw1nr-9"):
+        fit_reuse(c, dict(all_profiles()["gw1nr-9"], name="gw1nr-9"))
+    big = dict(all_profiles()["ecp5-85k"], name="ecp5-85k")
+    est = estimate_plan(c, big, {lay: 1 for lay in _dense_names(c)})
+    assert est["lut"] >= thr.lut
+
+
+def _dense_names(c) -> list[str]:  # noqa: ANN001
+    from modelcircuit.hdl.flow.layer_cost import dense_layers
+
+    return [lay["node"] for lay in dense_layers(c)]

@@ -58,6 +58,7 @@ from .attention_cost import attention_costs
 from .devices import family, soft_max_width
 from .estimate import estimate, recurrent_costs, softmax_costs
 from .layer_cost import LayerCost, dense_layers, layer_cost
+from .threshold_cost import vector_threshold_costs
 from .tools import FitError, FlowError  # noqa: F401 - FitError: this module's error
 
 
@@ -112,6 +113,9 @@ class _Fit:
     # the share of the device's flip-flops a plan may use (the family's "ff_margin", where
     # it has one: Gowin, whose flip-flops are the scarcer resource; else lut_margin)
     ff_margin: float | None = None
+    # what a vector model adds beside its Dense layers whatever the plan (its Thresholds,
+    # threshold_cost.vector_threshold_costs); a streamed model costs its own (stream_fit)
+    fixed: list[LayerCost] = field(default_factory=list)
 
     def cost(self, lay: dict[str, Any], r: int) -> LayerCost:
         key = (lay["node"], r)
@@ -125,7 +129,7 @@ class _Fit:
         return ([self.cost(lay, plan[lay["node"]]) for lay in self.layers]
                 + softmax_costs(self.compiled, plan, self.family)
                 + recurrent_costs(self.compiled, self.family)
-                + attention_costs(self.compiled, plan, self.family))
+                + attention_costs(self.compiled, plan, self.family) + self.fixed)
 
     def estimate(self, plan: dict[str, int]) -> dict[str, int]:
         return estimate(self.costs(plan), self.budget["dsp"], self.family, self.io,
@@ -196,9 +200,16 @@ def _context(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float | 
     # stream glue, other ops, the UART on small parts: a few hundred LUTs (in logic cells:
     # the estimate's wrapper term)
     overhead = overhead_lut if overhead_lut is not None else int(fam["fit"]["overhead_lut"])
+    from ..streamed.kind import is_streamed
+
+    # (not in a simulation's fit: they are the same at every plan, and the simulation
+    # bounds the Dense structure Verilator compiles, not a device they could overflow)
+    fixed = ([] if is_streamed(g) or name == SIMULATION_FIT
+             else vector_threshold_costs(compiled))
     return _Fit(compiled, prof, layers, fam_name, lut_margin, lean, io, name, budget,
                 fam["lut_unit"], overhead,
-                strategy=str(compiled.options.get("strategy", "mult")), ff_margin=ff_margin)
+                strategy=str(compiled.options.get("strategy", "mult")), ff_margin=ff_margin,
+                fixed=fixed)
 
 
 def _model_name(compiled: CompiledGraph) -> str:
@@ -300,10 +311,13 @@ def _no_fit(compiled: CompiledGraph, fx: _Fit, search: _Search, any_within: bool
                                   "coefficient ROM and lookup tables"))
     est, budget, margin = fx.estimate(plan), fx.budget, fx.lut_margin
     ffm = margin if fx.ff_margin is None else fx.ff_margin
+    prec = compiled.options.get("precision")
+    fixed = sum(c.lut for c in fx.fixed)  # the vector Thresholds: the same at every reuse
     return FitError(
-        f"model {_model_name(compiled)} at {compiled.options.get('precision')} "
+        f"model {_model_name(compiled)}{f' at {prec}' if prec else ''} "
         f"does not fit {fx.name} even at the largest reuse ({', '.join(f'{k}={v}' for k, v in plan.items())}, "
-        f"II {max(plan.values())}): estimated {est['lut'] + fx.overhead} LUT, {est['ff']} FF, "
+        f"II {max(plan.values())}): estimated {est['lut'] + fx.overhead} LUT"
+        f"{f' ({fixed} of them its Thresholds, at any reuse)' if fixed else ''}, {est['ff']} FF, "
         f"{est['bram']} BRAM "
         f"against a budget of {int(budget['lut'] * margin)} LUT ({margin:.0%} of "
         f"{budget['lut']}), {int(budget['ff'] * ffm)} FF ({ffm:.0%} of {budget['ff']}), {budget['dsp']} DSP, {budget['bram']} BRAM; try a narrower "

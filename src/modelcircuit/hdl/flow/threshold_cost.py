@@ -14,6 +14,25 @@ Where the unit counts by a product ("multiply" mode, exact for a model quantizer
 thresholds): per lane one (kw+1) x Mw product in DSP blocks of the family's width (each a
 multiplier of the estimate, ~Wx*Wc/2 LUT4 when it spills into logic), the M and C ROMs
 (ceil(C/P) words each), the adder and two pipeline stages in place of the L compares.
+
+A Threshold of a vector model (hdl/vector/lower.py `lower_threshold`, units/elementwise
+`threshold_fn`) is no fold: every channel compares its input with each of its K thresholds
+(a constant compare of the input width Wi) and adds the K results into the output, all in
+one cycle (vector_threshold_costs). yosys keeps each compare a carry chain of about Wi cells
+(Gowin ALU, ECP5 CCU2C halves, iCE40 SB_CARRY beside its LUT) and the sum of the K bits
+grows with its width b = K.bit_length(): VECTOR_CMP_LUT(Wi, b) = Wi + 0.75 * max(0, b - 4)
+LUT4 a compare with a nonzero step. Measured (yosys 0.70, the unit alone: synth_gowin
+LUT1-4 + ALU; synth_ecp5 LUT4 + 2 per CCU2C), 2026-12-08:
+  brevitas w2a7 (C 32, K 127, Wi 14)  gw1nr-9  66,032 against 66,040
+  brevitas w3a5 (C 32, K 31, Wi 15)   gw1nr-9  14,833 against 15,624
+  brevitas skip w4a4 (24 x 15, Wi 16) gw1nr-9   5,648 against  5,760
+           (24 x 15, Wi 11)           gw1nr-9   3,833 against  3,960
+           (1 x 31 on 24, Wi 29)      gw1nr-9  22,908 against 22,134
+  brevitas w3a5                       ecp5-25k 14,497 against 15,624
+(tests/hdl/flow/test_threshold_cost.py holds them). The fit missed them before (the s48
+sweep: the w2a7 model was estimated 4,076 LUT on a GW1NR-9, and its synthesis, 6 minutes,
+gave 12,883 LUT1-4 besides its ALUs); they cost the same at every reuse, so such a model is
+now refused before synthesis. Not in a simulation's fit (fit._context).
 """
 
 from __future__ import annotations
@@ -29,6 +48,37 @@ from .devices import family
 from .layer_cost import LayerCost, bram_tiles
 
 BRAM_MIN_DEPTH = 64  # a ROM this deep or deeper goes to block RAM (yosys memory_libmap)
+
+
+def vector_cmp_lut(wi: int, k: int) -> float:
+    """LUT4 of one compare-and-add of a vector Threshold (module docstring)."""
+    return wi + 0.75 * max(0, int(k).bit_length() - 4)
+
+
+def vector_threshold_costs(compiled: CompiledGraph) -> list[LayerCost]:
+    """Each Threshold of a vector model as hdl/vector/lower.py builds it (module docstring):
+    its compares with a nonzero step whose threshold the input's range can cross, and the
+    C output registers."""
+    g = compiled.graph
+    out = []
+    for n in g.nodes:
+        if n.op != Op.THRESHOLD or not all(i in g.constants for i in n.inputs[1:3]):
+            continue
+        tin, tout = g.tensor(n.inputs[0]).dtype, g.tensor(n.outputs[0]).dtype
+        wi = int(getattr(tin, "width", 16) or 16)
+        wo = int(getattr(tout, "width", 8) or 8)
+        c = int(np.prod(g.tensor(n.inputs[0]).shape))
+        thr = np.asarray(g.constants[n.inputs[1]], dtype=np.int64)
+        thr = thr.reshape(-1, thr.shape[-1]) if thr.ndim else thr.reshape(1, 1)
+        steps = np.broadcast_to(np.asarray(g.constants[n.inputs[2]], dtype=np.int64), thr.shape)
+        signed = bool(getattr(tin, "signed", True))
+        lo, hi = (-(1 << (wi - 1)), (1 << (wi - 1)) - 1) if signed else (0, (1 << wi) - 1)
+        live = (steps != 0) & (thr > lo) & (thr <= hi)  # x >= t neither always nor never
+        per_row = live.sum(axis=1)
+        cmps = int(per_row.sum()) * (c // thr.shape[0] if thr.shape[0] < c else 1)
+        lut = int(round(cmps * vector_cmp_lut(wi, thr.shape[-1])))
+        out.append(LayerCost(n.name + " (thresholds)", 1, 0, lut, 1, c * wo, 0))
+    return out
 
 
 def threshold_layers(compiled: CompiledGraph) -> list[dict[str, Any]]:
@@ -156,4 +206,5 @@ def threshold_costs(layers: list[dict[str, Any]], t: int, family_name: str,
             for lay in layers]
 
 
-__all__ = ["reads_in_place", "threshold_cost", "threshold_costs", "threshold_layers"]
+__all__ = ["reads_in_place", "threshold_cost", "threshold_costs", "threshold_layers",
+           "vector_cmp_lut", "vector_threshold_costs"]
