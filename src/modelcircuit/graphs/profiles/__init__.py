@@ -35,6 +35,20 @@ def fpga_families() -> dict[str, dict[str, Any]]:
     return _load("fpga.json").get(FAMILIES, {})
 
 
+def usable_dsp(prof: dict[str, Any]) -> int:
+    """The DSP blocks a design may use on the device of FPGA profile `prof`: its "dsp", times
+    its family's "dsp_usable" (1 where absent). Nexus (0.5): a MULT18X18 takes one of the
+    device's MULT18 sites, but a MULTADDSUB18X18 (a product and the adder after it, which
+    yosys lattice_dsp_nexus makes; the GRU's state update) takes two (and an ACC54, one per
+    two MULT18s), and which products become MACs is not known before synthesis. Measured on
+    a LIFCL-40 (56 MULT18; yosys 0.70 synth_nexus, nextpnr-nexus 0.11, placement): 56
+    MULT18X18 place, so do 0 + 28 and 14 + 14 MULTADDSUB18X18; 44 + 12 (the s48 sweep's
+    GRU) and 9 + 28 do not ("Unable to find legal placement for ... PREADD9_CORE"; 16 + 20
+    ended in an exception of the placer): at half the sites any mix places."""
+    fam = fpga_families().get(str(prof.get("family") or ""), {})
+    return int(int(prof.get("dsp") or 0) * float(fam.get("dsp_usable", 1.0)))
+
+
 def get_profile(name: str) -> dict[str, Any]:
     p = all_profiles().get(name)
     if p is None:

@@ -46,7 +46,7 @@ import numpy as np
 from ...graphs.check import require_fixed_point
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import LINEAR
-from ...graphs.profiles import all_profiles
+from ...graphs.profiles import all_profiles, usable_dsp
 from ..errors import HdlError
 from ..plan.circuit import CircuitPlan, resolve_plan
 from ..plan.fold import coef_width, size_bound
@@ -195,7 +195,7 @@ def _context(compiled: CompiledGraph, prof: dict[str, Any], lut_margin: float | 
         a, b = lay["wx"], coef_width(lay["w"])
         lay["soft"] = a < amin or b < bmin or a + b < ymin or max(a, b) <= narrow
     name = prof.get("name", prof.get("title", "?"))
-    budget = {"lut": int(prof["lut"]), "ff": int(prof["ff"]), "dsp": int(prof["dsp"]),
+    budget = {"lut": int(prof["lut"]), "ff": int(prof["ff"]), "dsp": usable_dsp(prof),
               "bram": int(prof.get("bram") or 0)}
     # stream glue, other ops, the UART on small parts: a few hundred LUTs (in logic cells:
     # the estimate's wrapper term)
@@ -462,7 +462,7 @@ def choose_strategy(compiled: CompiledGraph, prof: dict[str, Any], plan: dict[st
     graph (layer_cost.da_cost), which needs no DSP at all."""
     fx = _context(compiled, prof, None, None, None)
     out = {lay["node"]: "mult" for lay in fx.layers}
-    left = int(prof.get("dsp") or 0)
+    left = usable_dsp(prof)
     left -= sum(layer_cost(lay, plan.get(lay["node"], 1), fx.lean).multipliers
                 for lay in fx.layers if plan.get(lay["node"], 1) > 1)
     gains = []

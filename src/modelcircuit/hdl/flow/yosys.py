@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...graphs.compiled import CompiledGraph
+from ...graphs.profiles import usable_dsp
 from ...util import templating
 from .devices import dsp_blocks, soft_max_width
 from .ecp5_bram_pack import pack_file as pack_bram_file
@@ -70,11 +71,18 @@ def dsp_budget_for(compiled: CompiledGraph) -> int | None:
     return 0 if opts.get("strategy") == "da" else None
 
 
+def synth_dsp_budget(prof: dict[str, Any], dsp_budget: int | None = None) -> int:
+    """The $muls synthesis may keep in DSP blocks: the family's share of the device's
+    (graphs.profiles.usable_dsp), or `dsp_budget` where that is less."""
+    usable = usable_dsp(prof)
+    return usable if dsp_budget is None else min(int(dsp_budget), usable)
+
+
 def synthesize(design: Path, prof: dict[str, Any], work: Path, runner: Runner,
                dsp_budget: int | None = None, top: str = "top") -> dict[str, Any]:
     """prep + synth; returns stat numbers and the multiplier split. Writes work/synth.json."""
     fam = prof["family"]
-    budget = prof["dsp"] if dsp_budget is None else min(int(dsp_budget), prof["dsp"])
+    budget = synth_dsp_budget(prof, dsp_budget)
     (work / "prep.ys").write_text(render("prep.ys.j2", family=fam, design=design.name,
                                          rtlil=design.suffix == ".il", top=top))
     if design.parent != work:

@@ -90,7 +90,7 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
     first where they are at least as wide as a Dense lane (issue 25: the small encoder's 82
     blocks of them had left 74 of the 156 to the 144 Dense lanes the plan gave DSPs, and yosys
     moved 70 of those lanes to booth logic, ~500 LUT4 each). None without an FPGA profile."""
-    from ...graphs.profiles import fpga_families
+    from ...graphs.profiles import fpga_families, usable_dsp
     from .fold import coef_width, flat_fold, fold_lane_counts
     from .schedule import fpga_profile_of
 
@@ -152,7 +152,7 @@ def dsp_lanes(compiled: CompiledGraph, plan: CircuitPlan) -> dict[str, int] | No
             continue
         wants.append((-max(int(dt.width), cw), 1, order, nd.name, n_mul,
                       dsp_blocks(int(dt.width), cw)))
-    left = int(prof["dsp"])
+    left = usable_dsp(prof)  # the family's share of the device's blocks
     out: dict[str, int] = {}
     for _, dense, _, name, n, blocks in sorted(wants):
         k = min(n, left // blocks) if blocks else 0
