@@ -122,6 +122,8 @@ VECTOR_SYNTH = [
 
 
 def test_vector_compare_cost_matches_synthesis() -> None:
+    """The comparator sum (measured when every vector Threshold was one; since b0188e8 only
+    those of fewer than FOLD_MIN_THRESHOLDS thresholds a channel are, the rest use keys)."""
     from modelcircuit.hdl.flow.threshold_cost import vector_cmp_lut
 
     for _, c, k, wi, lut in VECTOR_SYNTH:
@@ -129,11 +131,27 @@ def test_vector_compare_cost_matches_synthesis() -> None:
         assert 0.9 * lut <= est <= 1.1 * lut, (c, k, wi, est, lut)
 
 
+# hdl/units/threshold.py from its keys (b0188e8): (input bits, distinct keys, LUT4 + 2 per
+# CCU2C per channel of the unit alone, synth_ecp5, measured 2026-12-08 on 2-4 channels)
+KEYS_SYNTH = [(8, 127, 72), (10, 31, 76), (14, 127, 237), (20, 255, 479)]
+
+
+def test_vector_keys_cost_covers_synthesis() -> None:
+    """The table/search cost is at least 0.9x of synthesis and at most 1.4x (an estimate
+    that refuses what fits is as wrong as one that lets a build fail)."""
+    from modelcircuit.hdl.flow.threshold_cost import vector_keys_lut
+
+    for wi, m, lut in KEYS_SYNTH:
+        est = vector_keys_lut(wi, m)
+        assert 0.9 * lut <= est <= 1.4 * lut, (wi, m, est, lut)
+
+
 def test_vector_thresholds_count_in_the_fit() -> None:
     """The s48 sweep's bug: a vector model's Thresholds were not in `--reuse auto`'s
     estimate (brevitas w2a7 on a GW1NR-9: 4,076 LUT estimated, ~66k LUT4 + ALU in
-    synthesis). brevitas_pc_w8a8's 32 x 255 compares of 21 bits alone are ~180k LUT4: the
-    fit refuses it on a GW1NR-9 before synthesis, and costs them on a device that holds them."""
+    synthesis). brevitas_pc_w8a8's 32 channels of 255 thresholds on 21 bits are searches of
+    8 compares (units/threshold.py), ~16k LUT4: the fit refuses it on a GW1NR-9 before
+    synthesis, and costs them on a device that holds them."""
     from pathlib import Path
 
     import pytest
@@ -147,7 +165,7 @@ def test_vector_thresholds_count_in_the_fit() -> None:
     model = Path(__file__).resolve().parents[2] / "data" / "exporters" / "brevitas_pc_w8a8.onnx"
     c = compile(str(model))
     (thr,) = vector_threshold_costs(c)
-    assert thr.lut >= 32 * 250 * 21 and thr.ff == 32 * 8
+    assert thr.lut >= 32 * 8 * 21 and thr.ff == 32 * 8  # at least 8 compares of 21 bits
     with pytest.raises(FitError, match="does not fit gw1nr-9"):
         fit_reuse(c, dict(all_profiles()["gw1nr-9"], name="gw1nr-9"))
     big = dict(all_profiles()["ecp5-85k"], name="ecp5-85k")

@@ -15,8 +15,10 @@ thresholds): per lane one (kw+1) x Mw product in DSP blocks of the family's widt
 multiplier of the estimate, ~Wx*Wc/2 LUT4 when it spills into logic), the M and C ROMs
 (ceil(C/P) words each), the adder and two pipeline stages in place of the L compares.
 
-A Threshold of a vector model (hdl/vector/lower.py `lower_threshold`, units/elementwise
-`threshold_fn`) is no fold: every channel compares its input with each of its K thresholds
+A Threshold of a vector model (hdl/vector/lower.py `lower_threshold`, hdl/units/threshold.py)
+is no fold. From FOLD_MIN_THRESHOLDS (16) thresholds a channel on, it is computed from the
+channel's keys (a table of every code, or an unrolled search of ceil(log2(m + 1)) compares):
+`vector_keys_lut`. Below that every channel compares its input with each of its K thresholds
 (a constant compare of the input width Wi) and adds the K results into the output, all in
 one cycle (vector_threshold_costs). yosys keeps each compare a carry chain of about Wi cells
 (Gowin ALU, ECP5 CCU2C halves, iCE40 SB_CARRY beside its LUT) and the sum of the K bits
@@ -37,6 +39,7 @@ now refused before synthesis. Not in a simulation's fit (fit._context).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -44,6 +47,8 @@ import numpy as np
 from ...graphs.compiled import CompiledGraph
 from ...graphs.ops import Op
 from ..streamed.threshold import ThresholdFold, fold_thresholds
+from ..units.threshold import TABLE_MAX_BITS, channel_search
+from ..units.threshold import fold_thresholds as vector_keys
 from .devices import family
 from .layer_cost import LayerCost, bram_tiles
 
@@ -53,6 +58,22 @@ BRAM_MIN_DEPTH = 64  # a ROM this deep or deeper goes to block RAM (yosys memory
 def vector_cmp_lut(wi: int, k: int) -> float:
     """LUT4 of one compare-and-add of a vector Threshold (module docstring)."""
     return wi + 0.75 * max(0, int(k).bit_length() - 4)
+
+
+def vector_keys_lut(wi: int, m: int) -> int:
+    """LUT4 (+ 2 per CCU2C) of one channel of a vector Threshold computed from its m keys
+    (hdl/units/threshold.py, FOLD_MIN_THRESHOLDS thresholds or more): a table of every code
+    for an input of at most TABLE_MAX_BITS bits, ~0.65 * ceil(log2(m + 1)) * 2**(wi - 4);
+    else the unrolled search, L = ceil(log2(m + 1)) compares each picking its key from up to
+    2**(L-1), ~L * wi * (1 + wi / 10). Fitted on the unit alone (synth_ecp5, 2026-12-08,
+    per channel): 8-bit / 127 keys 72 (estimate 73), 10-bit / 31 76 (100), 14-bit / 127
+    237 (235), 20-bit / 255 479 (480)."""
+    if m <= 0:
+        return 0
+    bits = math.ceil(math.log2(m + 1))
+    if wi <= TABLE_MAX_BITS:
+        return int(round(0.65 * bits * (1 << max(0, wi - 4))))
+    return int(round(bits * wi * (1 + wi / 10)))
 
 
 def vector_threshold_costs(compiled: CompiledGraph) -> list[LayerCost]:
@@ -73,10 +94,14 @@ def vector_threshold_costs(compiled: CompiledGraph) -> list[LayerCost]:
         steps = np.broadcast_to(np.asarray(g.constants[n.inputs[2]], dtype=np.int64), thr.shape)
         signed = bool(getattr(tin, "signed", True))
         lo, hi = (-(1 << (wi - 1)), (1 << (wi - 1)) - 1) if signed else (0, (1 << wi) - 1)
-        live = (steps != 0) & (thr > lo) & (thr <= hi)  # x >= t neither always nor never
-        per_row = live.sum(axis=1)
-        cmps = int(per_row.sum()) * (c // thr.shape[0] if thr.shape[0] < c else 1)
-        lut = int(round(cmps * vector_cmp_lut(wi, thr.shape[-1])))
+        rows = c // thr.shape[0] if thr.shape[0] < c else 1  # channels sharing a row
+        if vector_keys(thr.shape[-1]):  # keys: a table or a search (units/threshold.py)
+            lut = rows * sum(vector_keys_lut(wi, len(channel_search(t, st, 0, lo, hi)[0]))
+                             for t, st in zip(thr, steps, strict=True))
+        else:
+            live = (steps != 0) & (thr > lo) & (thr <= hi)  # x >= t neither always nor never
+            cmps = int(live.sum()) * rows
+            lut = int(round(cmps * vector_cmp_lut(wi, thr.shape[-1])))
         out.append(LayerCost(n.name + " (thresholds)", 1, 0, lut, 1, c * wo, 0))
     return out
 
