@@ -116,12 +116,27 @@ def synthesize(design: Path, prof: dict[str, Any], work: Path, runner: Runner,
     return st
 
 
+# LUT sites a carry cell of synthesis takes, per family: a Gowin ALU is a LUT of its slice,
+# an ECP5 CCU2C / Nexus CCU2 two LUT4s (nextpnr's COMB count); an iCE40 SB_CARRY sits in the
+# logic cell of its LUT
+CARRY_LUTS = {"gowin": 1, "ecp5": 2, "nexus": 2, "ice40": 0}
+
+
+def lut_sites(st: dict[str, Any], family_name: str) -> int:
+    """The device LUTs a synthesized design occupies: its LUTs and its carry cells' share."""
+    return int(st["lut"]) + CARRY_LUTS.get(family_name, 0) * int(st.get("carry") or 0)
+
+
 def check_fit(st: dict[str, Any], prof: dict[str, Any], what: str) -> None:
-    """DoesNotFit when synthesis gives more LUTs, flip-flops or block RAMs than the device has."""
-    if st["lut"] > prof["lut"]:
-        raise DoesNotFit(f"{what} does not fit {prof['name']}: synthesis gives {st['lut']} LUT4, "
-                         f"the device has {prof['lut']} (try a larger --reuse or a narrower "
-                         f"--precision)")
+    """DoesNotFit when synthesis gives more LUTs (carry cells included: lut_sites),
+    flip-flops or block RAMs than the device has."""
+    fam = str(prof.get("family") or "")
+    sites = lut_sites(st, fam)
+    if sites > prof["lut"]:
+        carry = f" ({st['lut']} LUT and {st['carry']} carry cells)" if sites != st["lut"] else ""
+        raise DoesNotFit(f"{what} does not fit {prof['name']}: synthesis gives {sites} LUT4"
+                         f"{carry}, the device has {prof['lut']} (try a larger --reuse or a "
+                         f"narrower --precision)")
     if st["ff"] > prof["ff"]:
         raise DoesNotFit(f"{what} does not fit {prof['name']}: synthesis gives {st['ff']} "
                          f"flip-flops, the device has {prof['ff']}")
